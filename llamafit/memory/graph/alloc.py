@@ -579,6 +579,12 @@ def _replay(
     return placed, Marked(marks, cuts, tuple(snaps), record.steps, placed, sized)
 
 
+def allocates(t: Tensor) -> bool:
+    """Whether ggml-alloc would place t itself (ggml_gallocr_is_allocated false, not a view): no
+    data of its own and no buffer."""
+    return not (t.data or t.buffer is not None or t.view_src is not None)
+
+
 def _same_layout(a: Tensor, b: Tensor) -> bool:
     """ggml-impl.h ggml_are_same_layout."""
     return a.type == b.type and a.ne == b.ne and a.nb == b.nb
@@ -824,14 +830,10 @@ class Gallocr:
             elif len(ids) != len(tensor_ids) or not 0 <= min(ids) <= max(ids) < n_buf:
                 return False  # reserve_n raises AllocError
             for t, bid in zip(tensor_ids, ids, strict=True):
-                x = ts[t]
-                if x.data or x.buffer is not None or x.view_src is not None:
+                if not allocates(ts[t]):
                     continue
-                sizer = bufts[bid].alloc_size
-                size = x.nbytes if sizer is None else sizer(ts, t)
-                a = tallocs[bid].alignment
                 o = owner[bid]
-                left[o] -= size + (a - size % a) % a
+                left[o] -= self._aligned(ts, t, bid)
                 if left[o] < 0:
                     return False
         more = extra() if callable(extra) else extra
@@ -849,15 +851,18 @@ class Gallocr:
         out = [0] * len(self.bufts)
         ts, nodes, ids = graph.tensors, graph.nodes, graph.node_buffer_ids
         for pos in range(start, end):
-            x = ts[nodes[pos]]
-            if x.data or x.buffer is not None or x.view_src is not None:
-                continue
-            bid = ids[pos] if ids else 0
-            sizer = self.bufts[bid].alloc_size
-            size = x.nbytes if sizer is None else sizer(ts, nodes[pos])
-            a = self.tallocs[bid].alignment
-            out[bid] += size + (a - size % a) % a
+            if allocates(ts[nodes[pos]]):
+                bid = ids[pos] if ids else 0
+                out[bid] += self._aligned(ts, nodes[pos], bid)
         return out
+
+    def _aligned(self, ts: Sequence[Tensor], t: int, bid: int) -> int:
+        """Tensor t's alloc size on buffer id bid (its buffer type's rule, else ggml_nbytes),
+        aligned up as ggml_dyn_tallocr_alloc takes it."""
+        sizer = self.bufts[bid].alloc_size
+        size = ts[t].nbytes if sizer is None else sizer(ts, t)
+        a = self.tallocs[bid].alignment
+        return size + (a - size % a) % a
 
     def buffer_size(self, buffer_id: int) -> int:
         """ggml-alloc.c ggml_gallocr_get_buffer_size: a shared buffer counts under its first id."""

@@ -16,7 +16,7 @@ from ...facts.hparams import ModelFacts
 from ...reader.ggml_types import GGML_TYPE_SIZES
 from .ggml import Builder, T, is_contiguous, nelements, set_output
 from .kv_cache import KvCache, RecurrentState, head_k, head_v
-from .loader import tensor_map, weight_buffer
+from .loader import rope_factors_name, tensor_map, weight_buffer
 from .nodes import PIN_CPU
 from .params import GraphBuildError, GraphConfig, GraphHParams
 
@@ -165,12 +165,9 @@ class GraphInputs:
         file has them, else LongRoPE's rope_factors_long when the context per sequence
         (cparams.n_ctx_seq: the cells per stream of the cache, kv_size) exceeds
         n_ctx_orig_yarn, else rope_factors_short (None where the file has neither); one tensor
-        per buffer type (TENSOR_DUPLICATED past layer 0)."""
-        freqs = self.w("rope_freqs.weight", il)
-        if freqs is not None:
-            return freqs
-        long = self.c.kv_size > self.f.n_ctx_orig_yarn
-        return self.w("rope_factors_long.weight" if long else "rope_factors_short.weight", il)
+        per buffer type (TENSOR_DUPLICATED past layer 0): loader.rope_factors_name's."""
+        name = rope_factors_name(self.f, self.c.kv_size)
+        return None if name is None else self.w(name, il)
 
     def w(
         self, name: str, il: int = -1, *, as_name: str | None = None, own: bool = False

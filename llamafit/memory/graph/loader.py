@@ -58,6 +58,19 @@ def rope_factor_layers(facts: ModelFacts) -> tuple[int, ...]:
     return tuple(il for il in range(facts.n_layer) if not (gemma4 and facts.swa.is_swa[il]))
 
 
+def rope_factors_name(facts: ModelFacts, kv_size: int) -> str | None:
+    """The model tensor llama_model::get_rope_factors (src/llama-model.cpp) hands a block:
+    rope_freqs where the file has it, else LongRoPE's rope_factors_long when the context per
+    sequence (cparams.n_ctx_seq: the cache's cells per stream, kv_size) exceeds n_ctx_orig_yarn,
+    else rope_factors_short; None where the file has none of them."""
+    tensors = tensor_map(facts)
+    if "rope_freqs.weight" in tensors:
+        return "rope_freqs.weight"
+    long = kv_size > facts.n_ctx_orig_yarn
+    name = "rope_factors_long.weight" if long else "rope_factors_short.weight"
+    return name if name in tensors else None
+
+
 def weight_buffer(config: GraphConfig, overrides: Mapping[str, str], name: str, il: int) -> str:
     """The buffer of model tensor `name` made for layer il (-1: the input layer, -2: the output
     layer; llama_model_loader::create_tensor's buffer type list by llm_tensor_info layer)."""

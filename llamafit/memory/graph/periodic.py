@@ -33,12 +33,13 @@ Not shortened: archs whose builders decide a block by its index beyond what the 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, is_dataclass
 from itertools import chain
 from operator import attrgetter
 
 from ...facts.hparams import ModelFacts
-from .alloc import Gallocr, Marked
+from .alloc import Gallocr, Marked, allocates
 from .loader import tensor_map
 from .nodes import Graph
 from .params import GraphConfig
@@ -105,14 +106,21 @@ def _per_layer(facts: ModelFacts) -> list[tuple[object, ...]]:
     return [tuple(c[il] for c in columns) for il in range(n)]
 
 
+def _block_part(name: str) -> tuple[int, str] | None:
+    """A block tensor's block and the rest of its name ("blk.<il>.<part>", LLM_TN's); None for
+    the others."""
+    if not name.startswith("blk."):
+        return None
+    il, _, part = name[4:].partition(".")
+    return (int(il), part) if il.isdigit() else None
+
+
 def _blocks(facts: ModelFacts) -> dict[int, tuple[tuple[str, str, tuple[int, ...]], ...]]:
     """Each block's tensors: (name after "blk.<il>.", type, shape), in file order."""
     out: dict[int, list[tuple[str, str, tuple[int, ...]]]] = {}
     for name, (kind, shape) in tensor_map(facts).items():
-        if name.startswith("blk."):
-            il, _, part = name[4:].partition(".")
-            if il.isdigit():
-                out.setdefault(int(il), []).append((part, kind, shape))
+        if (hit := _block_part(name)) is not None:
+            out.setdefault(hit[0], []).append((hit[1], kind, shape))
     return {il: tuple(parts) for il, parts in out.items()}
 
 
@@ -140,10 +148,8 @@ def signatures(facts: ModelFacts, config: GraphConfig) -> list[tuple[object, ...
     _f, hparams, blocks = hit
     overrides: dict[int, list[tuple[str, str]]] = {}
     for name, buf in config.overrides:
-        if name.startswith("blk."):
-            il, _, part = name[4:].partition(".")
-            if il.isdigit():
-                overrides.setdefault(int(il), []).append((part, buf))
+        if (blk := _block_part(name)) is not None:
+            overrides.setdefault(blk[0], []).append((blk[1], buf))
     lw, lkv = config.layer_weights, config.layer_kv
     return [
         (
@@ -194,9 +200,7 @@ def _shorten(facts: ModelFacts, config: GraphConfig) -> Shortened | None:
     """The short graph's blocks for this model and config: each run of alike units (the
     shortest period of blocks, up to MAX_PERIOD, that covers the most blocks from where the run
     starts) longer than KEEP_HEAD + KEEP_TAIL units kept at its ends; None where nothing is left
-    out (or the arch decides blocks by their index: INDEX_RULES)."""
-    if facts.architecture in INDEX_RULES or config.layers:
-        return None
+    out (shorten answers for the archs of INDEX_RULES)."""
     ids: dict[tuple[object, ...], int] = {}
     sig = [ids.setdefault(x, len(ids)) for x in signatures(facts, config)]  # alike: one id
     n = len(sig)
@@ -228,13 +232,11 @@ def _shorten(facts: ModelFacts, config: GraphConfig) -> Shortened | None:
     return Shortened(tuple(layers), tuple(cuts))
 
 
-def _firsts(graph: Graph, blocks: set[int]) -> dict[int, int]:
-    """Per block of `blocks`, the position in the graph's node list of its first node named for
-    it ("<name>-<il>", llm_graph_context::cb)."""
+def first_named(names: Iterable[str], blocks: set[int]) -> dict[int, int]:
+    """Per block of `blocks`, the position in `names` of the first name for it ("<name>-<il>",
+    llm_graph_context::cb)."""
     first: dict[int, int] = {}
     suffixes = {f"-{il}": il for il in blocks}
-    tensors = graph.tensors
-    names = [tensors[i].name for i in graph.nodes]
     for pos, name in enumerate(names):
         k = name.rfind("-")
         if k > 0:
@@ -252,7 +254,8 @@ def marks(graph: Graph, short: Shortened) -> tuple[int, ...] | None:
     show them in that order."""
     need = {il for c in short.cuts for il in (c.before - c.period, c.before, c.after)}
     need |= {c.after + c.period for c in short.cuts}
-    first = _firsts(graph, need)
+    tensors = graph.tensors
+    first = first_named([tensors[i].name for i in graph.nodes], need)
     out: list[int] = [0]  # the walk's first node: the steps before it allocate leafs and inputs
     for cut in short.cuts:
         p = cut.period
@@ -370,20 +373,16 @@ def _first_read_outside(graph: Graph, at: tuple[int, ...], tensors: set[int]) ->
     return True
 
 
-def left_out_bytes(gallocr: Gallocr, graph: Graph, short: Shortened) -> list[int] | None:
+def left_out_bytes(
+    gallocr: Gallocr, graph: Graph, short: Shortened, at: tuple[int, ...]
+) -> list[int] | None:
     """Per buffer id, the bytes the blocks a short graph leaves out would add to Gallocr.holds'
-    sums: per cut, the units left out times unit L's (Gallocr.span_bytes), where unit R counts
-    alike. None where that is not shown: unit L and R count differently, or a leaf that ggml-alloc
-    allocates is first read in the windows compared (a block's own: it is not in the units)."""
-    at = marks(graph, short)
-    if at is None:
-        return None
+    sums (`at`: marks'): per cut, the units left out times unit L's (Gallocr.span_bytes), where
+    unit R counts alike. None where that is not shown: unit L and R count differently, or a leaf
+    that ggml-alloc allocates is first read in the windows compared (a block's own: it is not in
+    the units)."""
     tensors = graph.tensors
-    leafs = {
-        i
-        for i in graph.leafs
-        if not (tensors[i].data or tensors[i].buffer is not None or tensors[i].view_src is not None)
-    }
+    leafs = {i for i in graph.leafs if allocates(tensors[i])}
     if not _first_read_outside(graph, at, leafs):
         return None
     out = [0] * len(gallocr.bufts)

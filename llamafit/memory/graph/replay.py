@@ -241,20 +241,14 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
         return None
     configs = reserve_configs(rc)
     short = shorten(facts, configs[0][1])
-    if short is not None:
-        size = _cpu_reserves(facts, configs, short)
-        if size is not _UNPROVEN:
-            return size  # type: ignore[return-value]
-        unproven(facts)
-    size = _cpu_reserves(facts, configs, None)
-    return None if size is _UNPROVEN else size  # type: ignore[return-value]
+    return _short_then_full(facts, short, partial(_cpu_reserves, facts, configs))
 
 
-def _cpu_reserves(  # noqa: C901 (one loop over the reserves, its exits kept in it)
+def _cpu_reserves(
     facts: ModelFacts,
     configs: Sequence[tuple[Reserve, GraphConfig]],
     short: Shortened | None,
-) -> int | None | object:
+) -> int | None | _Unproven:
     """cpu_compute_bytes' reserves of the full graph (short None) or of the short one, which
     must prove the full one's (_UNPROVEN where it does not)."""
     hp = graph_hparams_of(facts)
@@ -274,21 +268,12 @@ def _cpu_reserves(  # noqa: C901 (one loop over the reserves, its exits kept in 
                 node_buffer_ids=(0,) * len(graph.nodes),
                 leaf_buffer_ids=(0,) * len(graph.leafs),
             )
-            if short is None:
-                if reserve.kind == "tg" and gallocr.holds(graph):
-                    continue  # the one-token graph cannot grow a buffer (Gallocr.holds)
-                sizes = gallocr.reserve_n(graph)
-            else:
-                if reserve.kind == "tg" and gallocr.holds(
-                    graph, partial(left_out_bytes, gallocr, graph, short)
-                ):
-                    continue
-                at = marks(graph, short)
-                if at is None:
-                    return _UNPROVEN
-                sizes = gallocr.reserve_n(graph, None, at)
-                if not proves(gallocr.marked, short, graph):
-                    return _UNPROVEN
+            got = _reserve(gallocr, reserve.kind == "tg", graph, None, short)
+            if got is None:
+                continue  # the one-token graph cannot grow a buffer (Gallocr.holds)
+            if isinstance(got, _Unproven):
+                return got
+            sizes = got
             assert gallocr.last is not None
             made[config] = gallocr.last
     except GraphBuildError:
@@ -307,9 +292,50 @@ def _device_short(facts: ModelFacts, config: GraphConfig, copies: int) -> Shorte
     return shorten(facts, config) if copies == 1 else None
 
 
-# _device_reserves' and _cpu_reserves' answer where the short graph proves nothing (the full one
-# is replayed)
-_UNPROVEN = object()
+class _Unproven:
+    """_device_reserves' and _cpu_reserves' answer where the short graph proves nothing (the
+    full one is replayed)."""
+
+
+_UNPROVEN = _Unproven()
+
+
+def _short_then_full(
+    facts: ModelFacts, short: Shortened | None, run: Callable[[Shortened | None], _R | _Unproven]
+) -> _R | None:
+    """run(short) where the short graph proves the full one's buffers; else (the model then
+    periodic.unproven) run(None), the full graph."""
+    if short is not None:
+        out = run(short)
+        if not isinstance(out, _Unproven):
+            return out
+        unproven(facts)
+    out = run(None)
+    return None if isinstance(out, _Unproven) else out
+
+
+def _reserve(
+    gallocr: Gallocr,
+    one_token: bool,
+    graph: Graph,
+    steps: AllocRecord | None,
+    short: Shortened | None,
+) -> tuple[int, ...] | None | _Unproven:
+    """Gallocr.reserve_n of one reserve's (split) graph and its sizes after; None where it is the
+    one-token graph and cannot grow a buffer (Gallocr.holds, with the bytes of the units a short
+    graph leaves out); _UNPROVEN where a short graph does not prove the full one's buffers
+    (periodic.marks, periodic.proves)."""
+    if short is None:
+        if one_token and gallocr.holds(graph):
+            return None
+        return gallocr.reserve_n(graph, steps)
+    at = marks(graph, short)
+    if at is None:
+        return _UNPROVEN
+    if one_token and gallocr.holds(graph, partial(left_out_bytes, gallocr, graph, short, at)):
+        return None
+    sizes = gallocr.reserve_n(graph, steps, at)
+    return sizes if proves(gallocr.marked, short, graph) else _UNPROVEN
 
 
 # the backends whose scheduler rules backends/ ports (see the module's docstring)
@@ -835,13 +861,9 @@ def device_compute_bytes(
     s = _setup(facts, rc, gpus, placement, splits)
     configs = reserve_configs(rc, **s.buffers)
     short = _device_short(facts, configs[0][1], n_copies(facts, rc, gpus))
-    if short is not None:
-        sized = _device_reserves(facts, rc, gpus, s, splits, configs, short)
-        if sized is not _UNPROVEN:
-            return sized  # type: ignore[return-value]
-        unproven(facts)
-    sized = _device_reserves(facts, rc, gpus, s, splits, configs, None)
-    return None if sized is _UNPROVEN else sized  # type: ignore[return-value]
+    return _short_then_full(
+        facts, short, partial(_device_reserves, facts, rc, gpus, s, splits, configs)
+    )
 
 
 def _device_reserves(  # noqa: C901 (one loop over the reserves, its exits kept in it)
@@ -852,7 +874,7 @@ def _device_reserves(  # noqa: C901 (one loop over the reserves, its exits kept 
     splits: Splits | None,
     configs: Sequence[tuple[Reserve, GraphConfig]],
     short: Shortened | None,
-) -> dict[int, int] | None | object:
+) -> dict[int, int] | None | _Unproven:
     """device_compute_bytes' reserves, of the full graph (short None) or of the short one, whose
     every reserve must prove the full graph's buffers (_UNPROVEN where one does not, or where it
     fails: the full graph then answers)."""
@@ -889,22 +911,12 @@ def _device_reserves(  # noqa: C901 (one loop over the reserves, its exits kept 
             else:
                 like = replace(config, kv_size=0, kv_size_swa=0)
                 split, steps = splits.split(graph, copies, rc.op_offload, like)
-            if short is None:
-                if reserve.kind == "tg" and gallocr.holds(split.graph):
-                    continue  # the one-token graph cannot grow a buffer (Gallocr.holds)
-                sizes = gallocr.reserve_n(split.graph, steps)
-            else:
-                # holds over the short graph's sizes and the blocks it leaves out
-                if reserve.kind == "tg" and gallocr.holds(
-                    split.graph, partial(left_out_bytes, gallocr, split.graph, short)
-                ):
-                    continue
-                at = marks(split.graph, short)
-                if at is None:
-                    return _UNPROVEN
-                sizes = gallocr.reserve_n(split.graph, steps, at)
-                if not proves(gallocr.marked, short, split.graph):
-                    return _UNPROVEN
+            got = _reserve(gallocr, reserve.kind == "tg", split.graph, steps, short)
+            if got is None:
+                continue  # the one-token graph cannot grow a buffer (Gallocr.holds)
+            if isinstance(got, _Unproven):
+                return got
+            sizes = got
             assert gallocr.last is not None
             made[config] = gallocr.last
     except (GraphBuildError, SchedError, AllocError, UnknownDeviceLimit, UnplacedRule):

@@ -32,11 +32,11 @@ from dataclasses import dataclass, replace
 from ...facts.hparams import ModelFacts
 from .build import GraphContext
 from .ggml import forget_frozen, nbytes_known
-from .loader import kv_buffer, rope_factor_layers, tensor_map, weight_buffer
+from .loader import kv_buffer, rope_factor_layers, rope_factors_name, tensor_map, weight_buffer
 from .models import model_of, uses_iswa
 from .nodes import TENSOR_FIELDS, Graph, Tensor, make_tensor, with_field
 from .params import GraphBuildError, GraphConfig, GraphHParams
-from .periodic import Shortened
+from .periodic import Shortened, first_named
 
 
 def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None = None) -> Graph:
@@ -110,12 +110,10 @@ def _key(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> tuple[obje
         # only the pins, which _Template.at applies per config
         full_offload=False,
     )
-    # LongRoPE: GraphContext.rope_factors picks rope_factors_long past n_ctx_orig_yarn cells, a
-    # tensor of its own: graphs on either side of it do not share a template
-    long = config.kv_size > facts.n_ctx_orig_yarn and "rope_factors_long.weight" in tensor_map(
-        facts
-    )
-    return (id(facts), shape, hp, _sharing(facts, config), long)
+    # LongRoPE: the factors a block reads change with the cache size (rope_factors_name), a
+    # tensor of its own: graphs that read other ones do not share a template
+    factors = rope_factors_name(facts, config.kv_size)
+    return (id(facts), shape, hp, _sharing(facts, config), factors)
 
 
 def _again(
@@ -212,7 +210,6 @@ def count_short(
     unit L and unit R do not count alike."""
     ctx = _built(facts, replace(config, layers=short.layers), hp)
     tensors = ctx.b.tensors
-    first: dict[int, int] = {}  # per block: where its first tensor named for it was visited
     views: list[int] = []  # where each view source ggml never visits is first seen
     unvisited: set[int] = set()
     for k, t in enumerate(tensors):
@@ -220,9 +217,9 @@ def count_short(
         if v is not None and v.idx < 0 and id(v) not in unvisited:
             unvisited.add(id(v))
             views.append(k)
-        cut = t.name.rfind("-")
-        if cut > 0 and t.name[cut + 1 :].isdigit():
-            first.setdefault(int(t.name[cut + 1 :]), k)
+    # per block: where its first tensor named for it was visited
+    need = {il for c in short.cuts for il in (c.before, c.after, c.after + c.period)}
+    first = first_named([t.name for t in tensors], need)
 
     def unit(start: int, end: int) -> int:
         return end - start + sum(1 for k in views if start <= k < end)
@@ -500,12 +497,8 @@ def _sharing(facts: ModelFacts, config: GraphConfig) -> tuple[object, ...]:
         == weight_buffer(config, overrides, "token_embd.weight", -2)
     )
     rope: tuple[int, ...] = ()
-    # the factors GraphContext.rope_factors reads: rope_freqs, else LongRoPE's long or short ones
-    factors = "rope_freqs.weight"
-    if factors not in tensors:
-        long = config.kv_size > facts.n_ctx_orig_yarn
-        factors = "rope_factors_long.weight" if long else "rope_factors_short.weight"
-    if factors in tensors:
+    factors = rope_factors_name(facts, config.kv_size)  # (GraphContext.rope_factors reads it)
+    if factors is not None:
         seen: dict[str, int] = {}
         rope = tuple(
             seen.setdefault(weight_buffer(config, overrides, factors, il), len(seen))
