@@ -1,13 +1,15 @@
 """The short graph (llamafit/memory/graph/periodic.py) against the full one, plan by plan.
 
-    python scripts/bench/bench_short.py [--gpu SPEC] [--backend NAME] [--only TEXT]
+    python scripts/bench/bench_short.py [--gpu SPEC] [--backend NAME] [--only TEXT] [--mix TYPE]
 
 For every shape scripts/fixtures/make_shapes.py writes, `llamafit plan --json` twice in one
 process: with the replay taking short graphs where they prove the full graph's buffers, and with
 every replay of the full graph (replay.shorten answering None). Per shape: whether the two plans
 are the same text, how many short reserves proved the full graph and how many declined, the
 blocks of the first short graph against the model's, and the CPU time of each plan. Exit 1 where
-any plan differs. Default: two 12 GiB CUDA GPUs (`--gpu 12GiB,12GiB`).
+any plan differs. Default: two 12 GiB CUDA GPUs (`--gpu 12GiB,12GiB`). `--mix q8_0` writes every
+shape in that mix instead of its own (one type in every block: more of them repeat); two GPUs that
+hold every block (`--gpu 512GiB,512GiB`) replay with pipeline parallelism's input copies.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", default="12GiB,12GiB", help="plan's --gpu (default 12GiB,12GiB)")
     ap.add_argument("--backend", default="", help="plan's --backend (default: cuda)")
     ap.add_argument("--only", default="", help="shapes whose name contains this")
+    ap.add_argument("--mix", default="", help="every shape in this mix (default: its own)")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-short-") as name:
         return _compare(a, Path(name))
@@ -69,11 +72,17 @@ def _compare(a: argparse.Namespace, tmp: Path) -> int:
         f"{'full':>7}"
     )
     differ = 0
-    keys = [k for k in make_shapes.load_specs() if a.only in k]
+    specs = make_shapes.load_specs()
+    if a.mix:
+        specs = {
+            f"{k}-{a.mix}": {**v, "key": f"{k}-{a.mix}", "mix": a.mix} for k, v in specs.items()
+        }
+    keys = [k for k in specs if a.only in k]
     if keys:  # a plan first, untimed: the imports and caches a first plan pays
-        runner.invoke(cli, ["plan", str(make_shapes.write_shape(keys[0], tmp / "shapes")), *args])
+        first = make_shapes.write_shape(keys[0], tmp / "shapes", specs)
+        runner.invoke(cli, ["plan", str(first), *args])
     for key in keys:
-        path = make_shapes.write_shape(key, tmp / "shapes")
+        path = make_shapes.write_shape(key, tmp / "shapes", specs)
         answers.clear()
         blocks.clear()
         outs, cpu = [], []

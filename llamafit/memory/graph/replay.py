@@ -285,13 +285,6 @@ def _cpu_reserves(
     return sizes[0]
 
 
-def _device_short(facts: ModelFacts, config: GraphConfig, copies: int) -> Shortened | None:
-    """periodic.shorten where a device replay may take the short graph: not with pipeline
-    parallelism, whose copies of every graph input (unread but the first, never freed) would
-    hide a block's own inputs from periodic.proves."""
-    return shorten(facts, config) if copies == 1 else None
-
-
 class _Unproven:
     """_device_reserves' and _cpu_reserves' answer where the short graph proves nothing (the
     full one is replayed)."""
@@ -817,14 +810,37 @@ def fa_auto_mismatch(
     s = _setup(facts, probe, gpus, placement)
     try:
         (_r, config) = reserve_configs(probe, **s.buffers)[1]  # the "tg" reserve
+    except GraphBuildError:
+        return None
+    copies = n_copies(facts, probe, gpus)
+    return _short_then_full(
+        facts, shorten(facts, config), partial(_fa_moved, facts, probe, s, config, copies)
+    )
+
+
+def _fa_moved(
+    facts: ModelFacts,
+    probe: ResolvedConfig,
+    s: _Setup,
+    config: GraphConfig,
+    copies: int,
+    short: Shortened | None,
+) -> tuple[int, str, str] | None | _Unproven:
+    """fa_auto_mismatch's answer from the full graph (short None) or the short one, which
+    answers for the blocks it leaves out where the scheduler placed unit L-1's, L's and R's
+    nodes alike at every cut (_placed_alike: the blocks between L and R, alike, are placed as
+    they are); _UNPROVEN where it did not."""
+    if short is not None:
+        config = replace(config, layers=short.layers)
+    try:
         graph = _placed(
             build_graph(facts, config, graph_hparams_of(facts)), s.backends, s.device_of_layer
         )
-        split = split_graph(
-            graph, s.backends, n_copies=n_copies(facts, probe, gpus), op_offload=probe.op_offload
-        )
+        split = split_graph(graph, s.backends, n_copies=copies, op_offload=probe.op_offload)
     except (GraphBuildError, SchedError):
         return None
+    if short is not None and not _placed_alike(graph, split.tensor_backend, short):
+        return _UNPROVEN
     for i, il in _fa_nodes(graph):
         if il is None:
             return None
@@ -835,6 +851,27 @@ def fa_auto_mismatch(
             cpu = s.backends[-1].name
             return il, "CPU" if layer == cpu else layer, "CPU" if on == cpu else on
     return None
+
+
+def _placed_alike(graph: Graph, backend_of: Sequence[int], short: Shortened) -> bool:
+    """Whether the short graph's units L-1, L and R (periodic.marks) have their nodes, op for
+    op, on the same backends at every cut: the scheduler's passes carry a backend along the
+    graph's order, forward and back, so the units left out between L and R, alike, are placed
+    as those are."""
+    at = marks(graph, short)
+    if at is None:
+        return False
+    ts, nodes = graph.tensors, graph.nodes
+
+    def unit(a: int, b: int) -> list[tuple[str, int]]:
+        return [(ts[i].op, backend_of[i]) for i in nodes[a:b]]
+
+    for c in range(len(short.cuts)):
+        s_prev, s_l, s_r, s_next = at[1 + 4 * c : 5 + 4 * c]
+        left = unit(s_l, s_r)
+        if left != unit(s_prev, s_l) or left != unit(s_r, s_next):
+            return False
+    return True
 
 
 @_gc_paused
@@ -860,7 +897,7 @@ def device_compute_bytes(
         raise ValueError("device_compute_bytes: splits of other backends")
     s = _setup(facts, rc, gpus, placement, splits)
     configs = reserve_configs(rc, **s.buffers)
-    short = _device_short(facts, configs[0][1], n_copies(facts, rc, gpus))
+    short = shorten(facts, configs[0][1])
     return _short_then_full(
         facts, short, partial(_device_reserves, facts, rc, gpus, s, splits, configs)
     )

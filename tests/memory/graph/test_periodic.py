@@ -14,6 +14,8 @@ from click.testing import CliRunner
 
 from llamafit.cli import cli
 from llamafit.facts.hparams import build_facts
+from llamafit.machine.devices import DeviceSpec
+from llamafit.memory.config import LaunchConfig
 from llamafit.memory.graph import periodic, replay
 from llamafit.memory.graph.alloc import Marked
 from llamafit.memory.graph.models import graph_hparams_of
@@ -21,8 +23,11 @@ from llamafit.memory.graph.nodes import Graph
 from llamafit.memory.graph.params import GraphConfig
 from llamafit.memory.graph.periodic import Cut, Shortened, shorten
 from llamafit.memory.graph.template import count_direct, count_short
+from llamafit.memory.model import MemoryModel
+from llamafit.memory.resolve import ResolvedConfig, resolve
 from llamafit.reader.model import read_model
 from scripts.fixtures import make_shapes
+from tests.memory.test_replay_devices import LAVAPIPE
 
 BASE = GraphConfig(n_tokens=512, n_seqs=1, n_outputs=1, kv_size=4096)
 EXPS = ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight")
@@ -106,10 +111,11 @@ def test_shorten(
         assert shorten(facts, replace(config, layers=got.layers)) is None
 
 
-# plans whose replays take short graphs: two GPUs with experts on the host, one Vulkan device,
-# a CPU-only server
+# plans whose replays take short graphs: two GPUs with experts on the host, two that hold every
+# block (pipeline parallelism: copies of each graph input), one Vulkan device, a CPU-only server
 PLANS = [
     (Q8, ["--gpu", "12GiB,12GiB", "--ram", "64GiB"]),
+    (Q8, ["--gpu", "64GiB,64GiB", "--ram", "64GiB"]),
     ("llama3.1-8b@q8_0", ["--gpu", "6GiB", "--backend", "vulkan", "--ram", "64GiB"]),
     ("llama3.1-8b@q8_0", ["--gpu", "cpu", "--ram", "64GiB"]),
 ]
@@ -167,15 +173,14 @@ def test_a_blind_signature_is_caught(shapes_dir: Path, monkeypatch: pytest.Monke
 def test_a_blocks_own_inputs_are_caught(shapes_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """UMT5's encoder reads each block's relative-position buckets through a view of its own of
     the input; with pipeline parallelism (two GPUs, every block offloaded) the scheduler copies
-    each as a graph input that ggml-alloc allocates before its walk, once per block. A short
-    graph let through there (replay._device_short takes it) is declined by the proof, and the
-    plan is the full graph's; without that check it would be under."""
+    each as a graph input that ggml-alloc allocates before its walk, once per block. The short
+    graph is declined by the proof, and the plan is the full graph's; without that check it
+    would be under."""
     path = make_shapes.write_shape("umt5-xxl-encoder", shapes_dir)
     args = ["--gpu", "12GiB,12GiB", "--ram", "64GiB"]
-    want = _plan(path, args)
-    monkeypatch.setattr(
-        replay, "_device_short", lambda facts, config, copies: shorten(facts, config)
-    )
+    with monkeypatch.context() as full:
+        full.setattr(replay, "shorten", lambda facts, config: None)
+        want = _plan(path, args)
     answers = _counted(monkeypatch)
     assert _plan(path, args) == want
     assert answers[False] > 0
@@ -198,3 +203,55 @@ def test_count_short_is_the_full_count(shape: str, shapes_dir: Path) -> None:
     short = shorten(facts, config)
     assert short is not None
     assert count_short(facts, config, hp, short) == count_direct(facts, config, hp)
+
+
+ADA = DeviceSpec("CUDA0", "gpu", "cuda", 24 << 30, 24 << 30, cc=890)
+TWO_ADA = [ADA, replace(ADA, name="CUDA1")]
+HOST = DeviceSpec("CPU", "host", "cpu", 64 << 30, 64 << 30)
+
+# -fa auto's probe (replay.fa_auto_mismatch) on partial offloads: a run of host blocks, one of
+# GPU blocks, a block each side of the boundary kept
+FA_PROBES = [
+    (Q8, [ADA], 10),
+    (Q8, TWO_ADA, 30),
+    (Q8, [LAVAPIPE], 20),
+    ("llama3.1-8b@q8_0", [LAVAPIPE], 10),
+    ("falcon-h1-3b", [ADA], 20),
+]
+
+
+def _fa_settled(path: Path, gpus: list[DeviceSpec], ngl: int) -> ResolvedConfig:
+    facts = build_facts(read_model(path))
+    rc = resolve(LaunchConfig(fit=False, n_ctx=4096, n_gpu_layers=ngl), facts)
+    return MemoryModel(facts).settle_flash_attn(rc, gpus, HOST)
+
+
+@pytest.mark.parametrize(("shape", "gpus", "ngl"), FA_PROBES)
+def test_the_fa_probe_takes_the_short_graph(
+    shape: str, gpus: list[DeviceSpec], ngl: int, shapes_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """-fa auto settled from the short graph, its units L-1, L and R placed alike, is the full
+    graph's answer; a signature blind to the blocks' buffers makes a run across the host and
+    the GPU, whose units are placed apart: declined, and the full graph answers."""
+    path = _write(shape, shapes_dir)
+    with monkeypatch.context() as full:
+        full.setattr(replay, "shorten", lambda facts, config: None)
+        want = _fa_settled(path, gpus, ngl)
+    taken: list[bool] = []
+    alike = replay._placed_alike
+
+    def counted(graph: Graph, backend_of: list[int], short: Shortened) -> bool:
+        taken.append(alike(graph, backend_of, short))
+        return taken[-1]
+
+    monkeypatch.setattr(replay, "_placed_alike", counted)
+    assert _fa_settled(path, gpus, ngl) == want
+    assert taken == [True]
+    monkeypatch.setattr(
+        periodic,
+        "signatures",
+        lambda facts, config: [(il == facts.n_layer - 1,) for il in range(facts.n_layer)],
+    )
+    taken.clear()
+    assert _fa_settled(path, gpus, ngl) == want
+    assert taken == [False]
