@@ -105,6 +105,7 @@ SIZES = [
     ("eurobert-210m", 153008544),
     ("nomic-embed-text-v2-moe", 341394784),
     ("jina-embeddings-v3", 401789696),
+    ("jina-reranker-v1-tiny-en", 33401056),
     ("pythia-1.4b", 877925792),
     ("falcon-40b", 25755023712),
     ("starcoder-15b", 9768865920),
