@@ -268,6 +268,14 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # Falcon-H1 3B (falcon-h1): attention and Mamba-2 side by side in every layer
     "falcon-h1-3b-c4096-np1": ("falcon-h1-3b", ("-c", "4096", "-np", "1", "--no-repack")),
+    # Falcon-H1-Tiny 90M (the public CUDA sweep's falcon-h1 model): the mixer without ssm_norm
+    "falcon-h1-tiny-c4096-np1": ("falcon-h1-tiny-90m", ("-c", "4096", "-np", "1", "--no-repack")),
+    # Jina Reranker v1 tiny (the sweep's jina-bert-v2 model) as the sweep ran it, not embedding:
+    # head size 32, flash attention on, q8_0 caches
+    "jina-reranker-tiny-c4096-q8": (
+        "jina-reranker-v1-tiny-en",
+        ("-c", "4096", "-np", "1", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "--no-repack"),
+    ),
     # Hunyuan-A13B (hunyuan-moe): the shared FFN beside softmax experts, Q/K norms after RoPE
     "hunyuan-a13b-c4096-ub128": ("hunyuan-a13b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Gemma 2 9B (gemma2): iSWA, the attention's logit soft-capping without flash attention

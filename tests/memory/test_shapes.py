@@ -106,6 +106,7 @@ SIZES = [
     ("nomic-embed-text-v2-moe", 341394784),
     ("jina-embeddings-v3", 401789696),
     ("jina-reranker-v1-tiny-en", 33401056),
+    ("falcon-h1-tiny-90m", 58458496),
     ("pythia-1.4b", 877925792),
     ("falcon-40b", 25755023712),
     ("starcoder-15b", 9768865920),

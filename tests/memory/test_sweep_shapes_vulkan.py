@@ -31,6 +31,10 @@ CASES = [
     ("jina-reranker-v1-tiny-en", 4096, 4, 12.01, 3.51),
     ("jina-reranker-v1-tiny-en", 4096, 5, 12.51, 3.51),
     ("jina-reranker-v1-tiny-en", 4096, 0, 12.01, 3.51),
+    # falcon-h1 (Falcon-H1-Tiny-90M-Instruct): 24 blocks + output; the mixer without ssm_norm
+    ("falcon-h1-tiny-90m", 4096, 4, 17.05, 13.03),
+    ("falcon-h1-tiny-90m", 4096, 25, 17.86, 9.48),
+    ("falcon-h1-tiny-90m", 4096, 0, 10.81, 13.03),
 ]
 IDS = [f"{key}-c{ctx}-ngl{ngl}" for key, ctx, ngl, _, _ in CASES]
 
