@@ -140,6 +140,7 @@ SIZES = [
     ("mistral-small-4-119b", 72115872864),
     ("hunyuan-ocr", 576509856),
     ("umt5-xxl-encoder", 3838194080),
+    ("nemotron-51b", 27732656576),
 ]
 
 
@@ -209,6 +210,47 @@ Q4_0_TYPES = [
 def test_q4_0_mix(tied: bool, name: str, ne: tuple[int, int], qtype: str) -> None:
     f = make_shapes.ShapeFixture("x.gguf", "codeshell", 0, mix="q4_0", n_layer=42, tied=tied)
     assert f.qtype(name, ne).name == qtype
+
+
+# (gqa_attn_v, tensor, ne, type) of the iq4_xs mix (llama-quant.cpp llama_tensor_get_type_impl,
+# with an imatrix): IQ4_XS but the output at Q6_K and attn_v at Q5_K where n_gqa() >= 4; a row
+# that is not a multiple of 256 falls back to IQ4_NL
+IQ4_XS_TYPES = [
+    (True, "output.weight", (8192, 128256), "Q6_K"),
+    (True, "token_embd.weight", (8192, 128256), "IQ4_XS"),
+    (True, "blk.0.attn_v.weight", (8192, 1024), "Q5_K"),
+    (False, "blk.0.attn_v.weight", (8192, 1024), "IQ4_XS"),
+    (True, "blk.0.attn_k.weight", (8192, 1024), "IQ4_XS"),
+    (True, "blk.0.ffn_down.weight", (28672, 8192), "IQ4_XS"),
+    (True, "blk.11.attn_output.weight", (8192, 8192), "IQ4_XS"),
+    (True, "blk.0.ffn_up.weight", (4160, 8192), "IQ4_NL"),
+]
+
+
+@pytest.mark.parametrize(("gqa", "name", "ne", "qtype"), IQ4_XS_TYPES)
+def test_iq4_xs_mix(gqa: bool, name: str, ne: tuple[int, int], qtype: str) -> None:
+    f = make_shapes.ShapeFixture("x.gguf", "deci", 0, mix="iq4_xs", n_layer=80, gqa_attn_v=gqa)
+    assert f.qtype(name, ne).name == qtype
+
+
+# deci_layers: block_configs rows [n_heads_in_group, replace_with_linear, ffn_mult] as the
+# converter (conversion/deci.py DeciModel) writes them: (n_head, n_head_kv, n_ff) per layer
+DECI_LAYERS = [
+    ([8, False, 1.3125], (64, 8, 7168)),
+    ([16, False, 2.625], (64, 4, 14336)),
+    ([64, False, 5.25], (64, 1, 28672)),
+    ([None, True, 2.625], (64, 0, 14336)),  # linear attention
+    ([None, False, 1.3125], (0, 0, 7168)),  # attention-free
+    ([8, False, 1.0], (64, 8, 5632)),  # int(2 * 8192 / 3) = 5461, rounded up to 256s
+]
+
+
+@pytest.mark.parametrize(("block", "layer"), DECI_LAYERS)
+def test_deci_layers(block: list[object], layer: tuple[int, int, int]) -> None:
+    heads, kv, n_ff = make_shapes.deci_layers(
+        {"n_head": 64, "n_embd": 8192, "block_configs": [block]}
+    )
+    assert (heads[0], kv[0], n_ff[0]) == layer
 
 
 def test_shapes_are_deterministic(tmp_path: Path, shapes_dir: Path) -> None:
