@@ -276,6 +276,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "jina-reranker-v1-tiny-en",
         ("-c", "4096", "-np", "1", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "--no-repack"),
     ),
+    # Llama 3.1 Nemotron 51B (the sweep's deci model) as the sweep ran it: per-layer KV heads and
+    # FFN widths, linear-attention and attention-free layers, IQ4_XS, q8_0 caches
+    "nemotron-51b-c4096-q8": (
+        "nemotron-51b",
+        ("-c", "4096", "-np", "1", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "--no-repack"),
+    ),
     # Hunyuan-A13B (hunyuan-moe): the shared FFN beside softmax experts, Q/K norms after RoPE
     "hunyuan-a13b-c4096-ub128": ("hunyuan-a13b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Gemma 2 9B (gemma2): iSWA, the attention's logit soft-capping without flash attention
@@ -638,6 +644,7 @@ SPARSE = frozenset(
         "codeshell-7b",
         "jais-30b",
         "mistral-small-4-119b",
+        "nemotron-51b",
         "hunyuan-ocr",
         "umt5-xxl-encoder",
         "glm4-9b-chat",

@@ -7,8 +7,8 @@ from ..build import GraphContext
 
 def build(ctx: GraphContext) -> None:
     """src/models/deci.cpp llama_model_deci::graph: per-layer heads and FFN widths, layers
-    without attention (n_head 0), "linear attention" (n_head_kv 0: wo alone) or without FFN
-    (n_ff 0)."""
+    without attention (n_head 0: the FFN norm over the layer's input, no residual add before
+    it), "linear attention" (n_head_kv 0: wo alone) or without FFN (n_ff 0)."""
     f, b = ctx.f, ctx.b
     ctx.no_long_rope()
     inpL = ctx.inp_embd(1.0)
@@ -40,6 +40,8 @@ def build(ctx: GraphContext) -> None:
         ffn_inp = cur
         if n_head > 0:
             ffn_inp, cur = ctx.ffn_inp(cur, inpSA, il)
+        else:  # an attention-free layer: its FFN norm over the layer's input itself
+            cur = ctx.cb(ctx.norm(cur, ctx.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
         cur = ctx.cb(ctx.ffn(cur, il, "silu", True), "ffn_out", il)
         cur = ctx.cb(b.add(cur, ffn_inp), "ffn_out", il)
         inpL = ctx.cb(cur, "l_out", il)
