@@ -98,7 +98,9 @@ def test_real_start_prints_the_tables_compute_buffers(
     model = _written(shapes_dir, key)
     if key in SPARSE:
         binary = Path(vulkan_rpc_bin_dir() or "") / "llama-server"
-        got = start(binary, model, _flags(ctx, ngl), env=device_lab.vk_env())
+        got = start(binary, model, _flags(ctx, ngl), env={"GGML_VK_VISIBLE_DEVICES": "0"})
+        if got is None:
+            pytest.skip("no C compiler for the no-populate shim")
         compute = {name: mib for (kind, name), mib in got.mib.items() if kind == "compute"}
         assert compute == {"Vulkan0": vk0, "Vulkan_Host": host}
         return
