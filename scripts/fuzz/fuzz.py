@@ -629,6 +629,7 @@ REPLAY_SHAPES = {
     "mistral4": "mistral-small-4-119b",
     "hunyuan_vl": "hunyuan-ocr",
     "t5encoder": "umt5-xxl-encoder",
+    "minicpm3": "minicpm3-4b",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",

@@ -195,6 +195,15 @@ def test_mla_and_legacy_mla() -> None:
     assert legacy.mla is None
     assert legacy.n_embd_k_gqa(0) == 192 * 4
     assert "converted before llama.cpp's MLA support" in legacy.warnings[0]
+    # minicpm3.cpp reads kv_lora_rank but never MLA's key lengths: a full cache, no warning
+    minicpm3 = facts(
+        "minicpm3",
+        4,
+        ARCH__attention__kv_lora_rank=256,
+        ARCH__attention__key_length=96,
+    )
+    assert minicpm3.mla is None and minicpm3.warnings == ()
+    assert (minicpm3.n_embd_k_gqa(0), minicpm3.n_embd_v_gqa(0)) == (96 * 4, 64 * 4)
 
 
 def test_embedding_models_have_no_kv() -> None:

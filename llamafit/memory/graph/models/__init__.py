@@ -213,6 +213,7 @@ MODELS: Mapping[str, Model] = {
     "openelm": Model(_Builder("openelm"), since=OLD_SINCE),
     "codeshell": Model(_Builder("codeshell"), since=OLD_SINCE),
     "jais": Model(_Builder("jais"), since=OLD_SINCE),
+    "minicpm3": Model(_Builder("minicpm3"), since=OLD_SINCE),
 }
 
 
