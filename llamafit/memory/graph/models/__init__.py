@@ -214,6 +214,7 @@ MODELS: Mapping[str, Model] = {
     "codeshell": Model(_Builder("codeshell"), since=OLD_SINCE),
     "jais": Model(_Builder("jais"), since=OLD_SINCE),
     "minicpm3": Model(_Builder("minicpm3"), since=OLD_SINCE),
+    "cohere2moe": Model(_Builder("cohere2moe"), since="cohere2moe_arch", iswa=True),
 }
 
 
