@@ -523,6 +523,21 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "codeshell-7b-c4096-ub128": ("codeshell-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Jais 30B (jais): no positions (ALiBi), the fused attn_qkv, a gated SiLU FFN with biases
     "jais-30b-c4096-ub128": ("jais-30b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # MiniCPM3 4B (minicpm3): q_a / q_b, K and V decompressed by kv_b, one RoPE key repeated to
+    # every head, LongRoPE's short factors, the MiniCPM scales; and without flash attention
+    "minicpm3-4b-c4096-ub128": ("minicpm3-4b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    "minicpm3-4b-c4096-fa-off": (
+        "minicpm3-4b",
+        ("-c", "4096", "-ub", "128", "-fa", "off", "-np", "1", "--no-repack"),
+    ),
+    # cohere2moe (a fixture: no public config of a Cohere2 MoE model found): the parallel block,
+    # a dense lead layer with RoPE, iSWA, sigmoid experts beside a shared one (LayerNorms); and
+    # RMS norms without a shared expert, without flash attention
+    "fx-cohere2moe": ("variant:cohere2moe", ("-c", "1024")),
+    "fx-cohere2moe-rms-fa-off": (
+        "variant:cohere2moe-rms",
+        ("-c", "2048", "-fa", "off", "-np", "2"),
+    ),
     # Mistral Small 4 119B (mistral4): deepseek2's MLA graph, the experts' merged gate_up
     "mistral4-c4096-ub128": (
         "mistral-small-4-119b",
@@ -643,6 +658,7 @@ SPARSE = frozenset(
         "openelm-3b",
         "codeshell-7b",
         "jais-30b",
+        "minicpm3-4b",
         "mistral-small-4-119b",
         "nemotron-51b",
         "hunyuan-ocr",

@@ -140,6 +140,7 @@ SIZES = [
     ("mistral-small-4-119b", 72115872864),
     ("hunyuan-ocr", 576509856),
     ("umt5-xxl-encoder", 3838194080),
+    ("minicpm3-4b", 2470303648),
     ("nemotron-51b", 27732656576),
 ]
 
