@@ -78,6 +78,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     # recurrent state (build_rs), ssm_conv and ssm_scan (mamba2)
     "fx-mamba2": ("fixtures/recurrent-mamba2.gguf", ("-c", "1024")),
     "fx-mamba2-np1": ("fixtures/recurrent-mamba2.gguf", ("-c", "2048", "-np", "1", "-ub", "128")),
+    # Mamba 130M (mamba): Mamba-1's x_proj / dt_proj, A of d_state per channel, no groups
+    "mamba-130m-c4096": ("mamba-130m", ("-c", "4096", "--no-repack")),
+    "mamba-130m-c4096-np1-ub128": (
+        "mamba-130m",
+        ("-c", "4096", "-np", "1", "-ub", "128", "--no-repack"),
+    ),
     # hybrid memory: Mamba-2 and attention layers, Granite's scales (granitehybrid)
     "fx-granitehybrid": ("fixtures/hybrid-granite.gguf", ("-c", "1024")),
     "fx-granitehybrid-fa-off": (

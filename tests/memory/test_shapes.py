@@ -41,6 +41,7 @@ SIZES = [
     ("granite3-1b-a400m", 821583552),
     ("granite4-h-micro", 3397125856),
     ("mamba-codestral-7b", 7753762496),
+    ("mamba-130m", 89625472),
     ("gemma3n-e2b", 4746317568),
     ("gemma3n-e4b", 7308120320),
     ("qwen3-next-80b-a3b", 48403362720),

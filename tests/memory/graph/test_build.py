@@ -269,7 +269,7 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
 # Mamba-2 layer, its attention layer (no RoPE) with and without flash attention; a Qwen3-Next and a
 # Qwen3.5 MoE gated DeltaNet layer (the fused GATED_DELTA_NET; Qwen3-Next repeats the key heads),
 # a Qwen3.5 27B one with its dense FFN; an LFM2 short-convolution layer, a Nemotron Nano 9B v2
-# ReLU^2 MLP layer
+# ReLU^2 MLP layer; a Mamba 130M Mamba-1 layer (x_proj, dt_proj, the conv and SSM states)
 @pytest.mark.parametrize(
     "name, il, n_nodes, ops",
     [
@@ -281,6 +281,7 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
         ("qwen35-27b-c4096-ub128", 0, 67, {"GATED_DELTA_NET", "SSM_CONV", "GLU"}),
         ("lfm2-1.2b-c4096", 0, 34, {"SSM_CONV", "CONCAT", "CPY", "GLU"}),
         ("nemotron-h-9b-c4096-ub128", 1, 7, {"MUL_MAT", "SQR"}),
+        ("mamba-130m-c4096", 0, 53, {"SSM_CONV", "SSM_SCAN", "CONCAT", "GLU"}),
     ],
 )
 def test_one_whole_layer_is_the_real_one(name: str, il: int, n_nodes: int, ops: set[str]) -> None:
@@ -385,6 +386,7 @@ def test_a_wrong_config_is_seen() -> None:
         "fx-glm4moe",
         "fx-deepseek2-fa-off",
         "fx-mamba2",
+        "mamba-130m-c4096-np1-ub128",
         "fx-granitehybrid-fa-off",
         "gemma4-e2b-c4096",
         "gemma4-26b-c4096-ub128",
