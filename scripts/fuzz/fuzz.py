@@ -552,6 +552,7 @@ REPLAY_FIXTURES = {
     "granitehybrid": "hybrid-granite.gguf",
 }
 REPLAY_SHAPES = {
+    "jamba": "jamba-reasoning-3b",
     "mamba": "mamba-130m",
     "qwen2": "qwen2.5-7b",
     "qwen3": "qwen3-8b",

@@ -84,6 +84,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "mamba-130m",
         ("-c", "4096", "-np", "1", "-ub", "128", "--no-repack"),
     ),
+    # Jamba Reasoning 3B (jamba): Mamba-1 layers with dt/B/C norms, two attention layers (no RoPE)
+    "jamba-3b-c4096-ub128": ("jamba-reasoning-3b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    "jamba-3b-c4096-fa-off-np2": (
+        "jamba-reasoning-3b",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
     # hybrid memory: Mamba-2 and attention layers, Granite's scales (granitehybrid)
     "fx-granitehybrid": ("fixtures/hybrid-granite.gguf", ("-c", "1024")),
     "fx-granitehybrid-fa-off": (
@@ -635,6 +641,7 @@ SPARSE = frozenset(
         "openelm-3b",
         "codeshell-7b",
         "jais-30b",
+        "jamba-reasoning-3b",
         "mistral-small-4-119b",
         "hunyuan-ocr",
         "umt5-xxl-encoder",

@@ -150,7 +150,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # last layer (no positions, a gated SiLU FFN with biases),
 # Mistral Small 4's last layer (deepseek2's MLA, the experts' merged gate_up), HunyuanOCR's last
 # layer (XD-RoPE over four positions a token), the UMT5-XXL encoder's last layer (a relative-position
-# bias added to KQ, no flash attention)
+# bias added to KQ, no flash attention), a Jamba Reasoning 3B attention layer (no RoPE)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -254,6 +254,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("mistral4-c4096-ub128", 35),
         ("hunyuan-ocr-c4096-ub128", 23),
         ("umt5-xxl-encoder-c512", 23),
+        ("jamba-3b-c4096-fa-off-np2", 7),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
@@ -269,7 +270,8 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
 # Mamba-2 layer, its attention layer (no RoPE) with and without flash attention; a Qwen3-Next and a
 # Qwen3.5 MoE gated DeltaNet layer (the fused GATED_DELTA_NET; Qwen3-Next repeats the key heads),
 # a Qwen3.5 27B one with its dense FFN; an LFM2 short-convolution layer, a Nemotron Nano 9B v2
-# ReLU^2 MLP layer; a Mamba 130M Mamba-1 layer (x_proj, dt_proj, the conv and SSM states)
+# ReLU^2 MLP layer; a Mamba 130M Mamba-1 layer (x_proj, dt_proj, the conv and SSM states), a
+# Jamba Reasoning 3B Mamba-1 layer (dt, B and C RMS-normed) with its dense FFN
 @pytest.mark.parametrize(
     "name, il, n_nodes, ops",
     [
@@ -282,6 +284,7 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
         ("lfm2-1.2b-c4096", 0, 34, {"SSM_CONV", "CONCAT", "CPY", "GLU"}),
         ("nemotron-h-9b-c4096-ub128", 1, 7, {"MUL_MAT", "SQR"}),
         ("mamba-130m-c4096", 0, 53, {"SSM_CONV", "SSM_SCAN", "CONCAT", "GLU"}),
+        ("jamba-3b-c4096-ub128", 0, 65, {"SSM_CONV", "SSM_SCAN", "RMS_NORM", "GLU"}),
     ],
 )
 def test_one_whole_layer_is_the_real_one(name: str, il: int, n_nodes: int, ops: set[str]) -> None:
@@ -387,6 +390,7 @@ def test_a_wrong_config_is_seen() -> None:
         "fx-deepseek2-fa-off",
         "fx-mamba2",
         "mamba-130m-c4096-np1-ub128",
+        "jamba-3b-c4096-fa-off-np2",
         "fx-granitehybrid-fa-off",
         "gemma4-e2b-c4096",
         "gemma4-26b-c4096-ub128",

@@ -129,6 +129,7 @@ MODELS: Mapping[str, Model] = {
     "mistral4": Model(_Builder("deepseek2"), since="mla_v_less"),  # mistral4.cpp: deepseek2's
     "mamba2": Model(_Builder("mamba"), since=OLD_SINCE),
     "mamba": Model(_Builder("mamba"), since=OLD_SINCE),
+    "jamba": Model(_Builder("jamba"), since=OLD_SINCE),
     "granitehybrid": Model(_Builder("granite_hybrid"), since=OLD_SINCE),
     "granitemoe": Model(_Builder("granite"), since=OLD_SINCE),
     "nemotron_h_moe": Model(_Builder("nemotron_h"), since=OLD_SINCE),
