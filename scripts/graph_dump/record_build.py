@@ -90,6 +90,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "jamba-reasoning-3b",
         ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
     ),
+    # Jamba v0.1 (jamba): softmax experts (weights not normalised) on every other layer
+    "jamba-v0.1-c4096-ub128": ("jamba-v0.1", ("-c", "4096", "-ub", "128", "--no-repack")),
     # hybrid memory: Mamba-2 and attention layers, Granite's scales (granitehybrid)
     "fx-granitehybrid": ("fixtures/hybrid-granite.gguf", ("-c", "1024")),
     "fx-granitehybrid-fa-off": (
@@ -642,6 +644,7 @@ SPARSE = frozenset(
         "codeshell-7b",
         "jais-30b",
         "jamba-reasoning-3b",
+        "jamba-v0.1",
         "mistral-small-4-119b",
         "hunyuan-ocr",
         "umt5-xxl-encoder",

@@ -43,6 +43,7 @@ SIZES = [
     ("mamba-codestral-7b", 7753762496),
     ("mamba-130m", 89625472),
     ("jamba-reasoning-3b", 1838633984),
+    ("jamba-v0.1", 31163219616),
     ("gemma3n-e2b", 4746317568),
     ("gemma3n-e4b", 7308120320),
     ("qwen3-next-80b-a3b", 48403362720),

@@ -150,7 +150,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # last layer (no positions, a gated SiLU FFN with biases),
 # Mistral Small 4's last layer (deepseek2's MLA, the experts' merged gate_up), HunyuanOCR's last
 # layer (XD-RoPE over four positions a token), the UMT5-XXL encoder's last layer (a relative-position
-# bias added to KQ, no flash attention), a Jamba Reasoning 3B attention layer (no RoPE)
+# bias added to KQ, no flash attention), a Jamba Reasoning 3B attention layer (no RoPE), a Jamba
+# v0.1 Mamba-1 layer with its experts (softmax, weights not normalised)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -255,6 +256,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("hunyuan-ocr-c4096-ub128", 23),
         ("umt5-xxl-encoder-c512", 23),
         ("jamba-3b-c4096-fa-off-np2", 7),
+        ("jamba-v0.1-c4096-ub128", 5),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
