@@ -265,3 +265,22 @@ def test_shape_loads_on_cpu_with_the_predicted_weights_and_kv(
     cpu = _predicted(path, "cpu", flags)["CPU"]
     assert got.get("model", "CPU_Mapped") == _mib(cpu["weights_bytes"])
     assert got.get("KV", "CPU") == _mib(cpu["kv_bytes"])
+
+
+def test_mamba_shape_loads_with_the_predicted_states_and_compute(
+    vk_rpc_bin: Path, shapes_dir: Path
+) -> None:
+    """Mamba-1 (mamba-130m, under 1 GiB): the recurrent states of two sequences
+    (llama_memory_recurrent: n_embd_r + n_embd_s F32 a layer and sequence) and the CPU compute
+    buffer of the replayed graph are what llama.cpp allocates."""
+    path = make_shapes.write_shape("mamba-130m", shapes_dir)
+    flags = ["-c", "4096", "-np", "2", "--no-repack"]
+    got = lab_load(path, flags, env=device_lab.vk_env(None))
+    assert got.ok, got.failure
+    cpu = _predicted(path, "cpu", flags)["CPU"]
+    assert cpu["compute_source"] == "graph"
+    assert [got.get("model", "CPU_Mapped"), got.get("RS", "CPU"), got.get("compute", "CPU")] == [
+        _mib(cpu["weights_bytes"]),
+        _mib(cpu["recurrent_bytes"]),
+        _mib(cpu["compute_bytes"]),
+    ]
