@@ -90,6 +90,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "jamba-reasoning-3b",
         ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
     ),
+    # on Vulkan0: Mamba-1's SSM_SCAN runs on the CPU (ggml-vulkan.cpp supports_op: Mamba-2 only)
+    "vk-mamba-130m-ngl10": ("mamba-130m", ("-c", "4096", "-ngl", "10", "--no-repack", VULKAN)),
+    "vk-jamba-3b-ngl12": (
+        "jamba-reasoning-3b",
+        ("-c", "4096", "-ngl", "12", "--no-repack", VULKAN),
+    ),
     # Jamba v0.1 (jamba): softmax experts (weights not normalised) on every other layer
     "jamba-v0.1-c4096-ub128": ("jamba-v0.1", ("-c", "4096", "-ub", "128", "--no-repack")),
     # hybrid memory: Mamba-2 and attention layers, Granite's scales (granitehybrid)
