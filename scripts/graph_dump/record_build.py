@@ -84,6 +84,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "mamba-130m",
         ("-c", "4096", "-np", "1", "-ub", "128", "--no-repack"),
     ),
+    # Falcon Mamba 7B (mamba, ssm.dt_b_c_rms): dt, B and C RMS-normed without weights
+    "falcon-mamba-7b-c4096-ub128": ("falcon-mamba-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Jamba Reasoning 3B (jamba): Mamba-1 layers with dt/B/C norms, two attention layers (no RoPE)
     "jamba-3b-c4096-ub128": ("jamba-reasoning-3b", ("-c", "4096", "-ub", "128", "--no-repack")),
     "jamba-3b-c4096-fa-off-np2": (
@@ -651,6 +653,7 @@ SPARSE = frozenset(
         "jais-30b",
         "jamba-reasoning-3b",
         "jamba-v0.1",
+        "falcon-mamba-7b",
         "mistral-small-4-119b",
         "hunyuan-ocr",
         "umt5-xxl-encoder",

@@ -42,6 +42,7 @@ SIZES = [
     ("granite4-h-micro", 3397125856),
     ("mamba-codestral-7b", 7753762496),
     ("mamba-130m", 89625472),
+    ("falcon-mamba-7b", 4203878144),
     ("jamba-reasoning-3b", 1838633984),
     ("jamba-v0.1", 31163219616),
     ("gemma3n-e2b", 4746317568),

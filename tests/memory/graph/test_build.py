@@ -273,7 +273,8 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
 # Qwen3.5 MoE gated DeltaNet layer (the fused GATED_DELTA_NET; Qwen3-Next repeats the key heads),
 # a Qwen3.5 27B one with its dense FFN; an LFM2 short-convolution layer, a Nemotron Nano 9B v2
 # ReLU^2 MLP layer; a Mamba 130M Mamba-1 layer (x_proj, dt_proj, the conv and SSM states), a
-# Jamba Reasoning 3B Mamba-1 layer (dt, B and C RMS-normed) with its dense FFN
+# Jamba Reasoning 3B Mamba-1 layer (dt, B and C RMS-normed) with its dense FFN, a Falcon Mamba 7B
+# layer (dt, B and C RMS-normed without weights)
 @pytest.mark.parametrize(
     "name, il, n_nodes, ops",
     [
@@ -287,6 +288,7 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
         ("nemotron-h-9b-c4096-ub128", 1, 7, {"MUL_MAT", "SQR"}),
         ("mamba-130m-c4096", 0, 53, {"SSM_CONV", "SSM_SCAN", "CONCAT", "GLU"}),
         ("jamba-3b-c4096-ub128", 0, 65, {"SSM_CONV", "SSM_SCAN", "RMS_NORM", "GLU"}),
+        ("falcon-mamba-7b-c4096-ub128", 1, 53, {"SSM_SCAN", "RMS_NORM"}),
     ],
 )
 def test_one_whole_layer_is_the_real_one(name: str, il: int, n_nodes: int, ops: set[str]) -> None:

@@ -9,7 +9,6 @@ from ....reader.ggml_types import GGML_TYPE_SIZES
 from ..build import GraphContext
 from ..ggml import T, nelements, row_size
 from ..kv_cache import RecurrentState
-from ..params import GraphBuildError
 
 
 def mamba_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int) -> T:
@@ -18,14 +17,13 @@ def mamba_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int) -> T:
     {n_embd, n_seq_tokens, n_seqs} rows split into x and z; the conv state, ssm_conv; x_proj
     (ssm_x) gives dt, B and C; dt_proj (ssm_dt) widens dt to d_inner; ssm_scan over the states
     (Mamba-1's A, {d_state, d_inner}); the conv and SSM states written back through 1D views of
-    n_seqs states at every build; the D skip and the z gate. Jamba's dt, B and C RMS norms (the
-    layer's ssm_dt_norm, ssm_b_norm, ssm_c_norm) where the file has all three; before rule
-    mamba_dt_cont dt goes to ssm_dt as the view of x_db, from it as a copy."""
+    n_seqs states at every build; the D skip and the z gate. dt, B and C RMS-normed where the
+    file says ssm.dt_b_c_rms (FalconMamba: no weights) or has all three of the layer's
+    ssm_dt_norm, ssm_b_norm and ssm_c_norm (Jamba); else, from rule mamba_dt_cont, dt copied
+    before ssm_dt multiplies it (before: the view of x_db itself)."""
     f, b, c = ctx.f, ctx.b, ctx.c
     rec = f.recurrent
     assert rec is not None
-    if rec.dt_b_c_rms:  # FalconMamba: norms without weights, no recorded graph checks them
-        raise GraphBuildError("Mamba-1 with ssm.dt_b_c_rms (FalconMamba) is not replayed")
     d_conv, d_inner, d_state, dt_rank = rec.d_conv, rec.d_inner, rec.d_state, rec.dt_rank
     n_seqs = c.n_seqs
     n_seq_tokens = c.n_tokens // n_seqs
@@ -55,7 +53,7 @@ def mamba_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int) -> T:
     bm = b.view(x_db, gb, (d_state * e, n1, n2), dt_rank * e)
     cm = b.view(x_db, gb, (d_state * e, n1, n2), (dt_rank + d_state) * e)
     norms = [ctx.lw(il, f"ssm_{part}_norm.weight") for part in ("dt", "b", "c")]
-    if all(n is not None for n in norms):
+    if rec.dt_b_c_rms or all(n is not None for n in norms):
         dt, bm, cm = (ctx.norm(t, n, il) for t, n in zip((dt, bm, cm), norms, strict=True))
     elif since("mamba_dt_cont", c.build):
         dt = b.cont(dt)
