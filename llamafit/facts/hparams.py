@@ -132,6 +132,9 @@ class ModelFacts:
     attn_temp_scale: float = 0.0
     logit_scale: float = 0.0
     rope_finetuned: bool | None = None
+    # {arch}.attention.layer_norm_rms_epsilon (llama_hparams::f_norm_rms_eps; 0.0 when unset:
+    # cohere2moe.cpp's norms are LayerNorms then, RMS norms where it is set)
+    norm_rms_eps: float = 0.0
     # {arch}.n_deepstack_layers (llama_hparams::n_deepstack_layers: Qwen3-VL's layers that add a
     # slice of the wider input embedding, n_embd_inp = n_embd * (1 + n); 0 when unset)
     n_deepstack_layers: int = 0
@@ -383,6 +386,7 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         attn_temp_scale=float(meta.get_float("{arch}.attention.temperature_scale", 0.0) or 0.0),
         logit_scale=float(meta.get_float("{arch}.logit_scale", 0.0) or 0.0),
         rope_finetuned=meta.get_bool("{arch}.rope.scaling.finetuned", None),
+        norm_rms_eps=float(meta.get_float("{arch}.attention.layer_norm_rms_epsilon", 0.0) or 0.0),
         n_deepstack_layers=_n_deepstack_layers(meta),
         hidden_activation=meta.get_str("{arch}.hidden_activation", "") or "",
         n_layer_decision=meta.get_int("{arch}.decision.block_count", 0) or 0,

@@ -550,6 +550,7 @@ REPLAY_FIXTURES = {
     "deepseek2": "mla-deepseek2.gguf",
     "mamba2": "recurrent-mamba2.gguf",
     "granitehybrid": "hybrid-granite.gguf",
+    "cohere2moe": "variant:cohere2moe",  # make_fixtures.variant, written to tmp
 }
 REPLAY_SHAPES = {
     "jamba": "jamba-reasoning-3b",
@@ -631,6 +632,7 @@ REPLAY_SHAPES = {
     "mistral4": "mistral-small-4-119b",
     "hunyuan_vl": "hunyuan-ocr",
     "t5encoder": "umt5-xxl-encoder",
+    "minicpm3": "minicpm3-4b",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",
@@ -647,6 +649,7 @@ def replay_seeds(tmp: Path) -> dict[str, bytes]:
     architecture without a seed is an error (the family must cover them all)."""
     from llamafit.memory.graph.models import MODELS as FAMILIES
     from llamafit.reader.model import read_model
+    from scripts.fixtures.make_fixtures import variant
     from scripts.fixtures.make_shapes import write_shape
 
     missing = set(FAMILIES) - set(REPLAY_FIXTURES) - set(REPLAY_SHAPES)
@@ -654,8 +657,11 @@ def replay_seeds(tmp: Path) -> dict[str, bytes]:
         raise SystemExit(f"replay: no seed for {', '.join(sorted(missing))}")
     out = {}
     for arch in FAMILIES:
-        if arch in REPLAY_FIXTURES:
-            path = FIXTURES / REPLAY_FIXTURES[arch]
+        name = REPLAY_FIXTURES.get(arch, "")
+        if name.startswith("variant:"):
+            path = variant(name.removeprefix("variant:")).write(tmp)[0]
+        elif name:
+            path = FIXTURES / name
         else:
             path = write_shape(REPLAY_SHAPES[arch], tmp / "shapes")
         with open(path, "rb") as f:  # the header alone: a header-only file of that model

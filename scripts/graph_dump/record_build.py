@@ -290,6 +290,14 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # Falcon-H1 3B (falcon-h1): attention and Mamba-2 side by side in every layer
     "falcon-h1-3b-c4096-np1": ("falcon-h1-3b", ("-c", "4096", "-np", "1", "--no-repack")),
+    # Falcon-H1-Tiny 90M (the public CUDA sweep's falcon-h1 model): the mixer without ssm_norm
+    "falcon-h1-tiny-c4096-np1": ("falcon-h1-tiny-90m", ("-c", "4096", "-np", "1", "--no-repack")),
+    # Jina Reranker v1 tiny (the sweep's jina-bert-v2 model) as the sweep ran it, not embedding:
+    # head size 32, flash attention on, q8_0 caches
+    "jina-reranker-tiny-c4096-q8": (
+        "jina-reranker-v1-tiny-en",
+        ("-c", "4096", "-np", "1", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "--no-repack"),
+    ),
     # Hunyuan-A13B (hunyuan-moe): the shared FFN beside softmax experts, Q/K norms after RoPE
     "hunyuan-a13b-c4096-ub128": ("hunyuan-a13b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Gemma 2 9B (gemma2): iSWA, the attention's logit soft-capping without flash attention
@@ -531,6 +539,21 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "codeshell-7b-c4096-ub128": ("codeshell-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Jais 30B (jais): no positions (ALiBi), the fused attn_qkv, a gated SiLU FFN with biases
     "jais-30b-c4096-ub128": ("jais-30b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # MiniCPM3 4B (minicpm3): q_a / q_b, K and V decompressed by kv_b, one RoPE key repeated to
+    # every head, LongRoPE's short factors, the MiniCPM scales; and without flash attention
+    "minicpm3-4b-c4096-ub128": ("minicpm3-4b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    "minicpm3-4b-c4096-fa-off": (
+        "minicpm3-4b",
+        ("-c", "4096", "-ub", "128", "-fa", "off", "-np", "1", "--no-repack"),
+    ),
+    # cohere2moe (a fixture: no public config of a Cohere2 MoE model found): the parallel block,
+    # a dense lead layer with RoPE, iSWA, sigmoid experts beside a shared one (LayerNorms); and
+    # RMS norms without a shared expert, without flash attention
+    "fx-cohere2moe": ("variant:cohere2moe", ("-c", "1024")),
+    "fx-cohere2moe-rms-fa-off": (
+        "variant:cohere2moe-rms",
+        ("-c", "2048", "-fa", "off", "-np", "2"),
+    ),
     # Mistral Small 4 119B (mistral4): deepseek2's MLA graph, the experts' merged gate_up
     "mistral4-c4096-ub128": (
         "mistral-small-4-119b",
@@ -654,6 +677,7 @@ SPARSE = frozenset(
         "jamba-reasoning-3b",
         "jamba-v0.1",
         "falcon-mamba-7b",
+        "minicpm3-4b",
         "mistral-small-4-119b",
         "hunyuan-ocr",
         "umt5-xxl-encoder",

@@ -195,6 +195,24 @@ def test_mla_and_legacy_mla() -> None:
     assert legacy.mla is None
     assert legacy.n_embd_k_gqa(0) == 192 * 4
     assert "converted before llama.cpp's MLA support" in legacy.warnings[0]
+    # minicpm3.cpp reads kv_lora_rank but never MLA's key lengths: a full cache, no warning
+    minicpm3 = facts(
+        "minicpm3",
+        4,
+        ARCH__attention__kv_lora_rank=256,
+        ARCH__attention__key_length=96,
+    )
+    assert minicpm3.mla is None and minicpm3.warnings == ()
+    assert (minicpm3.n_embd_k_gqa(0), minicpm3.n_embd_v_gqa(0)) == (96 * 4, 64 * 4)
+
+
+@pytest.mark.parametrize(
+    ("keys", "eps"), [({}, 0.0), ({"ARCH__attention__layer_norm_rms_epsilon": 1e-5}, 1e-5)]
+)
+def test_rms_epsilon_is_zero_where_unset(keys: dict[str, float], eps: float) -> None:
+    """llama_hparams::f_norm_rms_eps: cohere2moe.cpp's norms are LayerNorms where it is 0."""
+    f = facts("cohere2moe", 4, ARCH__attention__sliding_window=4096, **keys)
+    assert f.norm_rms_eps == pytest.approx(eps)
 
 
 def test_embedding_models_have_no_kv() -> None:

@@ -109,6 +109,8 @@ SIZES = [
     ("eurobert-210m", 153008544),
     ("nomic-embed-text-v2-moe", 341394784),
     ("jina-embeddings-v3", 401789696),
+    ("jina-reranker-v1-tiny-en", 33401056),
+    ("falcon-h1-tiny-90m", 58458496),
     ("pythia-1.4b", 877925792),
     ("falcon-40b", 25755023712),
     ("starcoder-15b", 9768865920),
@@ -142,6 +144,7 @@ SIZES = [
     ("mistral-small-4-119b", 72115872864),
     ("hunyuan-ocr", 576509856),
     ("umt5-xxl-encoder", 3838194080),
+    ("minicpm3-4b", 2470303648),
 ]
 
 

@@ -150,8 +150,12 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # last layer (no positions, a gated SiLU FFN with biases),
 # Mistral Small 4's last layer (deepseek2's MLA, the experts' merged gate_up), HunyuanOCR's last
 # layer (XD-RoPE over four positions a token), the UMT5-XXL encoder's last layer (a relative-position
-# bias added to KQ, no flash attention), a Jamba Reasoning 3B attention layer (no RoPE), a Jamba
-# v0.1 Mamba-1 layer with its experts (softmax, weights not normalised)
+# bias added to KQ, no flash attention), MiniCPM3's last layer with and without flash attention
+# (q_a / q_b, K and V decompressed by kv_b, one RoPE key repeated to every head, the scales), the
+# cohere2moe fixture's dense lead layer (full attention with RoPE) and its last (full, NoPE, the
+# experts and a shared expert averaged), and an RMS-normed SWA layer without a shared expert, a
+# Jamba Reasoning 3B attention layer (no RoPE), a Jamba v0.1 Mamba-1 layer with its experts
+# (softmax, weights not normalised)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -255,6 +259,11 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("mistral4-c4096-ub128", 35),
         ("hunyuan-ocr-c4096-ub128", 23),
         ("umt5-xxl-encoder-c512", 23),
+        ("minicpm3-4b-c4096-ub128", 61),
+        ("minicpm3-4b-c4096-fa-off", 61),
+        ("fx-cohere2moe", 0),
+        ("fx-cohere2moe", 4),
+        ("fx-cohere2moe-rms-fa-off", 2),
         ("jamba-3b-c4096-fa-off-np2", 7),
         ("jamba-v0.1-c4096-ub128", 5),
     ],

