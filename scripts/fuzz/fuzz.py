@@ -553,6 +553,8 @@ REPLAY_FIXTURES = {
     "cohere2moe": "variant:cohere2moe",  # make_fixtures.variant, written to tmp
 }
 REPLAY_SHAPES = {
+    "jamba": "jamba-reasoning-3b",
+    "mamba": "mamba-130m",
     "qwen2": "qwen2.5-7b",
     "qwen3": "qwen3-8b",
     "gemma4": "gemma4-e2b",

@@ -78,6 +78,28 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     # recurrent state (build_rs), ssm_conv and ssm_scan (mamba2)
     "fx-mamba2": ("fixtures/recurrent-mamba2.gguf", ("-c", "1024")),
     "fx-mamba2-np1": ("fixtures/recurrent-mamba2.gguf", ("-c", "2048", "-np", "1", "-ub", "128")),
+    # Mamba 130M (mamba): Mamba-1's x_proj / dt_proj, A of d_state per channel, no groups
+    "mamba-130m-c4096": ("mamba-130m", ("-c", "4096", "--no-repack")),
+    "mamba-130m-c4096-np1-ub128": (
+        "mamba-130m",
+        ("-c", "4096", "-np", "1", "-ub", "128", "--no-repack"),
+    ),
+    # Falcon Mamba 7B (mamba, ssm.dt_b_c_rms): dt, B and C RMS-normed without weights
+    "falcon-mamba-7b-c4096-ub128": ("falcon-mamba-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Jamba Reasoning 3B (jamba): Mamba-1 layers with dt/B/C norms, two attention layers (no RoPE)
+    "jamba-3b-c4096-ub128": ("jamba-reasoning-3b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    "jamba-3b-c4096-fa-off-np2": (
+        "jamba-reasoning-3b",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # on Vulkan0: Mamba-1's SSM_SCAN runs on the CPU (ggml-vulkan.cpp supports_op: Mamba-2 only)
+    "vk-mamba-130m-ngl10": ("mamba-130m", ("-c", "4096", "-ngl", "10", "--no-repack", VULKAN)),
+    "vk-jamba-3b-ngl12": (
+        "jamba-reasoning-3b",
+        ("-c", "4096", "-ngl", "12", "--no-repack", VULKAN),
+    ),
+    # Jamba v0.1 (jamba): softmax experts (weights not normalised) on every other layer
+    "jamba-v0.1-c4096-ub128": ("jamba-v0.1", ("-c", "4096", "-ub", "128", "--no-repack")),
     # hybrid memory: Mamba-2 and attention layers, Granite's scales (granitehybrid)
     "fx-granitehybrid": ("fixtures/hybrid-granite.gguf", ("-c", "1024")),
     "fx-granitehybrid-fa-off": (
@@ -658,6 +680,9 @@ SPARSE = frozenset(
         "openelm-3b",
         "codeshell-7b",
         "jais-30b",
+        "jamba-reasoning-3b",
+        "jamba-v0.1",
+        "falcon-mamba-7b",
         "minicpm3-4b",
         "mistral-small-4-119b",
         "nemotron-51b",

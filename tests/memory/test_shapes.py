@@ -41,6 +41,10 @@ SIZES = [
     ("granite3-1b-a400m", 821583552),
     ("granite4-h-micro", 3397125856),
     ("mamba-codestral-7b", 7753762496),
+    ("mamba-130m", 89625472),
+    ("falcon-mamba-7b", 4203878144),
+    ("jamba-reasoning-3b", 1838633984),
+    ("jamba-v0.1", 31163219616),
     ("gemma3n-e2b", 4746317568),
     ("gemma3n-e4b", 7308120320),
     ("qwen3-next-80b-a3b", 48403362720),
@@ -307,3 +311,22 @@ def test_shape_loads_on_cpu_with_the_predicted_weights_and_kv(
     cpu = _predicted(path, "cpu", flags)["CPU"]
     assert got.get("model", "CPU_Mapped") == _mib(cpu["weights_bytes"])
     assert got.get("KV", "CPU") == _mib(cpu["kv_bytes"])
+
+
+def test_mamba_shape_loads_with_the_predicted_states_and_compute(
+    vk_rpc_bin: Path, shapes_dir: Path
+) -> None:
+    """Mamba-1 (mamba-130m, under 1 GiB): the recurrent states of two sequences
+    (llama_memory_recurrent: n_embd_r + n_embd_s F32 a layer and sequence) and the CPU compute
+    buffer of the replayed graph are what llama.cpp allocates."""
+    path = make_shapes.write_shape("mamba-130m", shapes_dir)
+    flags = ["-c", "4096", "-np", "2", "--no-repack"]
+    got = lab_load(path, flags, env=device_lab.vk_env(None))
+    assert got.ok, got.failure
+    cpu = _predicted(path, "cpu", flags)["CPU"]
+    assert cpu["compute_source"] == "graph"
+    assert [got.get("model", "CPU_Mapped"), got.get("RS", "CPU"), got.get("compute", "CPU")] == [
+        _mib(cpu["weights_bytes"]),
+        _mib(cpu["recurrent_bytes"]),
+        _mib(cpu["compute_bytes"]),
+    ]

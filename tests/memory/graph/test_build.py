@@ -153,7 +153,9 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # bias added to KQ, no flash attention), MiniCPM3's last layer with and without flash attention
 # (q_a / q_b, K and V decompressed by kv_b, one RoPE key repeated to every head, the scales), the
 # cohere2moe fixture's dense lead layer (full attention with RoPE) and its last (full, NoPE, the
-# experts and a shared expert averaged), and an RMS-normed SWA layer without a shared expert
+# experts and a shared expert averaged), and an RMS-normed SWA layer without a shared expert, a
+# Jamba Reasoning 3B attention layer (no RoPE), a Jamba v0.1 Mamba-1 layer with its experts
+# (softmax, weights not normalised)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -262,6 +264,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("fx-cohere2moe", 0),
         ("fx-cohere2moe", 4),
         ("fx-cohere2moe-rms-fa-off", 2),
+        ("jamba-3b-c4096-fa-off-np2", 7),
+        ("jamba-v0.1-c4096-ub128", 5),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
@@ -277,7 +281,9 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
 # Mamba-2 layer, its attention layer (no RoPE) with and without flash attention; a Qwen3-Next and a
 # Qwen3.5 MoE gated DeltaNet layer (the fused GATED_DELTA_NET; Qwen3-Next repeats the key heads),
 # a Qwen3.5 27B one with its dense FFN; an LFM2 short-convolution layer, a Nemotron Nano 9B v2
-# ReLU^2 MLP layer
+# ReLU^2 MLP layer; a Mamba 130M Mamba-1 layer (x_proj, dt_proj, the conv and SSM states), a
+# Jamba Reasoning 3B Mamba-1 layer (dt, B and C RMS-normed) with its dense FFN, a Falcon Mamba 7B
+# layer (dt, B and C RMS-normed without weights)
 @pytest.mark.parametrize(
     "name, il, n_nodes, ops",
     [
@@ -289,6 +295,9 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
         ("qwen35-27b-c4096-ub128", 0, 67, {"GATED_DELTA_NET", "SSM_CONV", "GLU"}),
         ("lfm2-1.2b-c4096", 0, 34, {"SSM_CONV", "CONCAT", "CPY", "GLU"}),
         ("nemotron-h-9b-c4096-ub128", 1, 7, {"MUL_MAT", "SQR"}),
+        ("mamba-130m-c4096", 0, 53, {"SSM_CONV", "SSM_SCAN", "CONCAT", "GLU"}),
+        ("jamba-3b-c4096-ub128", 0, 65, {"SSM_CONV", "SSM_SCAN", "RMS_NORM", "GLU"}),
+        ("falcon-mamba-7b-c4096-ub128", 1, 53, {"SSM_SCAN", "RMS_NORM"}),
     ],
 )
 def test_one_whole_layer_is_the_real_one(name: str, il: int, n_nodes: int, ops: set[str]) -> None:
@@ -393,6 +402,8 @@ def test_a_wrong_config_is_seen() -> None:
         "fx-glm4moe",
         "fx-deepseek2-fa-off",
         "fx-mamba2",
+        "mamba-130m-c4096-np1-ub128",
+        "jamba-3b-c4096-fa-off-np2",
         "fx-granitehybrid-fa-off",
         "gemma4-e2b-c4096",
         "gemma4-26b-c4096-ub128",

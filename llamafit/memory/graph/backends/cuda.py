@@ -319,9 +319,8 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
         return op.type in ("f32", "i32") and op.type == s0.type == s1.type
     if kind == "SSM_CONV":
         return s0.ne[1] % 128 == 0  # d_inner a multiple of the kernel's threads
-    if kind == "SSM_SCAN":  # d_state 96 from rule cuda_ssm_scan_96
-        states = (96, 128, 256) if since("cuda_ssm_scan_96", build) else (128, 256)
-        return _mamba2_scan(srcs) and s0.ne[0] in states and s0.ne[1] % 16 == 0
+    if kind == "SSM_SCAN":
+        return _ssm_scan_ok(srcs, s0, build)
     return kind in _ALWAYS
 
 
@@ -347,10 +346,24 @@ def _concat_ok(s0: Tensor, s1: Tensor, op: Tensor) -> bool:
     )
 
 
-def _mamba2_scan(srcs: Sequence[Tensor | None]) -> bool:
-    """SSM_SCAN of Mamba-2 (src[3], A, of one element per head); Mamba-1's reads op_params."""
+def _ssm_scan_ok(srcs: Sequence[Tensor | None], s0: Tensor, build: int | None) -> bool:
+    """supports_op's SSM_SCAN (ggml-cuda.cu, b8470 and b11434 alike but for the d_state 96 of
+    rule cuda_ssm_scan_96). Mamba-2 (A of one element a head): d_state 96 (from the rule), 128
+    or 256 and a head of a multiple of 16. Mamba-1: d_state 16, heads of one channel, a multiple
+    of 128 of them, one group, one state slot (K, op_params[0], which ggml_ssm_scan asserts is 1
+    for Mamba-1's A of d_state a channel)."""
     a = srcs[3] if len(srcs) > 3 else None
-    return a is not None and a.ne[0] == 1
+    if a is not None and a.ne[0] == 1:
+        states = (96, 128, 256) if since("cuda_ssm_scan_96", build) else (128, 256)
+        return s0.ne[0] in states and s0.ne[1] % 16 == 0
+    bm = srcs[4] if len(srcs) > 4 else None
+    return (
+        bm is not None
+        and s0.ne[0] == 16
+        and s0.ne[1] == 1
+        and s0.ne[2] % 128 == 0
+        and bm.ne[1] == 1
+    )
 
 
 def _fa_inputs(
@@ -377,7 +390,7 @@ def cuda_fa_placed(tensors: Sequence[Tensor], op: Tensor, build: int | None = No
 
 
 # the ops whose sources cuda_graph_ok reads
-_GRAPH_OK_READS = frozenset({"CONCAT", "SSM_SCAN", "ARGSORT", "FLASH_ATTN_EXT"})
+_GRAPH_OK_READS = frozenset({"CONCAT", "ARGSORT", "FLASH_ATTN_EXT"})
 
 
 def cuda_graph_ok(graph: Graph, build: int | None) -> bool:
@@ -397,8 +410,6 @@ def cuda_graph_ok(graph: Graph, build: int | None) -> bool:
             continue
         srcs = _srcs(ts, t)
         if op == "CONCAT" and any(s is not None and is_quantized(s.type) for s in srcs):
-            return False
-        if op == "SSM_SCAN" and not _mamba2_scan(srcs):
             return False
         if op == "ARGSORT" and (srcs[0] is None or not argsort_row_fits(srcs[0])):
             return False
