@@ -126,16 +126,15 @@ KV_FROM_START_FIXED = {"gemma3n": 20}
 KV_FROM_START_SHARED_KEY = frozenset({"gemma4"})
 
 # MLA archs whose cache is K-only when key_length_mla/value_length_mla are present
-# (src/models/deepseek2.cpp and relatives; src/llama-kv-cache.cpp has_v = !is_mla). Not minicpm3:
-# its load_arch_hparams reads kv_lora_rank but no MLA key lengths, its K/V always decompressed
-# (src/models/minicpm3.cpp).
+# (src/models/deepseek2.cpp and relatives; src/llama-kv-cache.cpp has_v = !is_mla). Not minicpm3
+# nor plm: their load_arch_hparams read kv_lora_rank but no MLA key lengths, their K/V always
+# decompressed (src/models/minicpm3.cpp, src/models/plm.cpp).
 MLA_CAPABLE_ARCHS = frozenset(
     {
         "deepseek2",
         "deepseek32",
         "glm-dsa",
         "kimi-k2",
-        "plm",
         "mistral4",
         "hy_v4",
         "glm5-next",

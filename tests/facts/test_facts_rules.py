@@ -204,6 +204,16 @@ def test_mla_and_legacy_mla() -> None:
     )
     assert minicpm3.mla is None and minicpm3.warnings == ()
     assert (minicpm3.n_embd_k_gqa(0), minicpm3.n_embd_v_gqa(0)) == (96 * 4, 64 * 4)
+    # plm.cpp too: kv_lora_rank read, the cache full multi-head whatever the key lengths
+    plm = facts(
+        "plm",
+        4,
+        ARCH__attention__kv_lora_rank=512,
+        ARCH__attention__key_length=192,
+        ARCH__attention__value_length=128,
+    )
+    assert plm.mla is None and plm.warnings == ()
+    assert (plm.n_embd_k_gqa(0), plm.n_embd_v_gqa(0)) == (192 * 4, 128 * 4)
 
 
 @pytest.mark.parametrize(
