@@ -159,6 +159,17 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "the Metal compute buffer",
     ),
     BuildRule(
+        "hybrid_kv_seq",
+        8040,
+        19559,
+        "2026-02-12 (b8040 estimate, as metal_reorder_64's PR #19555 of the same day)",
+        "a hybrid model's attention cache (llama_memory_hybrid) has n_ctx_seq cells per stream; "
+        "before, llama_model::create_memory (src/llama-model.cpp) passed cparams.n_ctx "
+        "(n_ctx_seq x n_seq_max) as attn_kv_size, so each of the -np streams of a cache that is "
+        "not unified had the whole context: -np N made N times the KV (PR #19559 'memory : fix "
+        "kv cache size for hybrid models'; the real b7698 graph of jamba-3b-c4096-fa-off-np2)",
+    ),
+    BuildRule(
         "gdn_chunking",
         8179,
         0,

@@ -136,7 +136,7 @@ class MemoryModel(ModelTensors):
         # the cache's layout as llama_context made it: -fa auto counts as on there
         made_fa = rc.flash_attn or rc.fa_auto_off is not None
         cells = self.cell_prefix(rc.type_k, rc.type_v, made_fa, since("mla_v_less", rc.build))
-        per_stream = (rc.n_ctx_seq * rc.n_stream, rc.n_swa_cells * rc.n_stream)
+        per_stream = (rc.kv_cells * rc.n_stream, rc.n_swa_cells * rc.n_stream)
         parts = _Parts(
             weights,
             kv_bytes(cells, per_stream, lmap, len(gpus), offload=rc.kv_offload),

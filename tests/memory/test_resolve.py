@@ -214,3 +214,52 @@ def test_a_model_with_an_encoder_keeps_n_batch_outputs(
     encoder whatever llama-server passes."""
     rc = resolve(SERVER, replace(GEMMA, architecture=arch), engine="llama-server", build=build)
     assert rc.n_outputs_max == n_outputs_max
+
+
+HYBRID = build_facts(read_model(FIXTURES / "hybrid-granite.gguf"))
+DENSE = build_facts(read_model(FIXTURES / "dense-llama.gguf"))
+
+
+@pytest.mark.parametrize(
+    ("facts", "n_parallel", "unified", "build", "expected"),
+    [
+        # (n_ctx_seq, n_stream, kv_cells): before rule hybrid_kv_seq a hybrid's streams hold
+        # cparams.n_ctx cells each (llama_model::create_memory's attn_kv_size)
+        (HYBRID, 2, False, 7698, (2048, 2, 4096)),
+        (HYBRID, 4, False, 8039, (1024, 4, 4096)),
+        (HYBRID, 2, False, 8040, (2048, 2, 2048)),
+        (HYBRID, 2, False, None, (2048, 2, 2048)),
+        # one stream: the same either side
+        (HYBRID, 2, True, 7698, (4096, 1, 4096)),
+        (HYBRID, 1, False, 7698, (4096, 1, 4096)),
+        # not hybrid: n_ctx_seq per stream at every build
+        (DENSE, 2, False, 7698, (2048, 2, 2048)),
+    ],
+)
+def test_a_hybrids_cache_streams_before_pr_19559(
+    facts, n_parallel: int, unified: bool, build: int | None, expected: tuple[int, int, int]
+) -> None:
+    cfg = replace(SERVER, n_ctx=4096, n_parallel=n_parallel, kv_unified=unified)
+    rc = resolve(cfg, facts, build=build)
+    assert (rc.n_ctx_seq, rc.n_stream, rc.kv_cells) == expected
+
+
+def test_a_hybrids_kv_and_compute_follow_its_cache_streams() -> None:
+    """The granite hybrid fixture's two attention layers (K and V of 32 F16 values a cell), two
+    streams of -c 4096 -np 2: 2 x 2048 cells each after rule hybrid_kv_seq, 2 x 4096 before, and
+    the replay's CPU compute buffer over the larger cache (the real b7698 graph of
+    jamba-3b-c4096-fa-off-np2 has it: tests/memory/graph/test_build_b7698.py)."""
+    from llamafit.machine.devices import DeviceSpec
+    from llamafit.memory.model import COMPUTE_GRAPH, MemoryModel
+
+    host = DeviceSpec("CPU", "host", "cpu", 64 << 30, 64 << 30)
+    cfg = replace(SERVER, n_ctx=4096, n_parallel=2)
+    got = []
+    for build in (7698, 8040):
+        rc = resolve(cfg, HYBRID, build=build)
+        (cpu,) = MemoryModel(HYBRID).estimate(rc, [], host, reserve_bytes=0).devices
+        got.append((cpu.kv_bytes, cpu.compute_bytes, cpu.compute_source))
+    assert got == [
+        (2 * 2 * 4096 * 2 * 32 * 2, 12988448, COMPUTE_GRAPH),
+        (2 * 2 * 2048 * 2 * 32 * 2, 6828064, COMPUTE_GRAPH),
+    ]

@@ -45,7 +45,7 @@ def reserve_configs(
     rc: ResolvedConfig, **buffers: object
 ) -> tuple[tuple[Reserve, GraphConfig], ...]:
     """The reserves of llama_context::sched_reserve for a resolved llama-server config, each with
-    its GraphConfig: cache cells per stream (n_ctx_seq; the SWA cache's n_swa_cells), streams,
+    its GraphConfig: cache cells per stream (rc.kv_cells; the SWA cache's n_swa_cells), streams,
     flash attention, cache types, -nkvo, full offload (n_gpu_layers > n_layer_all is the caller's
     `full_offload`). `buffers` are GraphConfig's buffer fields (from the placement)."""
     out = []
@@ -54,7 +54,7 @@ def reserve_configs(
             n_tokens=r.n_tokens,
             n_seqs=r.n_seqs,
             n_outputs=r.n_outputs,
-            kv_size=rc.n_ctx_seq,
+            kv_size=rc.kv_cells,
             kv_size_swa=rc.n_swa_cells,
             n_seq_max=rc.n_seq_max,
             kv_unified=rc.kv_unified,

@@ -51,10 +51,11 @@ def _events(build: int, name: str) -> list[Event]:
 
 def _configs(name: str, build: int) -> tuple[GraphConfig, ...]:
     """The case's reserves at this build: before server_output_limit the prompt-sized reserve
-    has n_tokens outputs (llama_context::sched_reserve, 0.3.17)."""
+    has n_tokens outputs (llama_context::sched_reserve, 0.3.17); before hybrid_kv_seq a hybrid's
+    cache streams hold n_ctx cells each (resolve.hybrid_kv_cells)."""
     facts, _ = facts_of(CASES[name].model)
     out = []
-    for c in configs(CASES[name], facts):
+    for c in configs(CASES[name], facts, build):
         c = replace(c, build=build)
         if build < BUILD_SERVER_OUTPUT_LIMIT:
             c = replace(c, n_outputs=c.n_tokens)
