@@ -716,6 +716,7 @@ def _fa_probe(rc: ResolvedConfig) -> ResolvedConfig:
         flash_attn=True,
         n_ctx=FA_PROBE_CELLS * rc.n_stream,
         n_ctx_seq=FA_PROBE_CELLS,
+        n_kv_seq=0,
         n_swa_cells=FA_PROBE_CELLS if rc.n_swa_cells else 0,
     )
 
