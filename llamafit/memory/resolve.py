@@ -229,13 +229,11 @@ def _outputs(
     return n_batch
 
 
-def hybrid_kv_cells(facts: ModelFacts, n_ctx_seq: int, n_stream: int, build: int | None) -> int:
-    """The attention cache's cells per stream where they are not n_ctx_seq, else 0: before rule
-    hybrid_kv_seq (PR #19559) llama_model::create_memory (src/llama-model.cpp) gave a hybrid
-    model's llama_memory_hybrid cparams.n_ctx (n_ctx_seq x the streams) per stream."""
-    if n_stream > 1 and facts.architecture in HYBRID_ARCHS and not since("hybrid_kv_seq", build):
-        return n_ctx_seq * n_stream
-    return 0
+def hybrid_kv_whole(facts: ModelFacts, n_stream: int, build: int | None) -> bool:
+    """Whether every stream of the attention cache holds the whole cparams.n_ctx (n_ctx_seq x
+    the streams): before rule hybrid_kv_seq (PR #19559) llama_model::create_memory
+    (src/llama-model.cpp) gave a hybrid model's llama_memory_hybrid that many cells per stream."""
+    return n_stream > 1 and facts.architecture in HYBRID_ARCHS and not since("hybrid_kv_seq", build)
 
 
 def resolve(
@@ -281,7 +279,6 @@ def resolve(
             swa_full=cfg.swa_full,
             pad_to=_padding(build, flash_attn),
         )
-    n_kv_seq = hybrid_kv_cells(facts, n_ctx_seq, n_stream, build)
     if n_ctx_seq > facts.n_ctx_train:
         notes.append(
             f"n_ctx_seq ({n_ctx_seq}) > n_ctx_train ({facts.n_ctx_train}): possible training "
@@ -331,5 +328,5 @@ def resolve(
         build=build,
         embeddings=cfg.embeddings,
         pooling=_pooling(cfg, facts),
-        n_kv_seq=n_kv_seq,
+        kv_whole_ctx=hybrid_kv_whole(facts, n_stream, build),
     )

@@ -26,7 +26,7 @@ from llamafit.memory.graph.nodes import Graph
 from llamafit.memory.graph.params import GraphConfig, GraphHParams
 from llamafit.memory.graph.reserve import reserves
 from llamafit.memory.kv import swa_cells
-from llamafit.memory.resolve import HAS_ENCODER, hybrid_kv_cells
+from llamafit.memory.resolve import HAS_ENCODER, hybrid_kv_whole
 from llamafit.memory.tensors import op_probe_bytes
 from llamafit.reader.ggml_types import GGML_TYPE_NAMES as TYPE_NAMES
 from llamafit.reader.model import read_model
@@ -94,7 +94,7 @@ def facts_of(key: str) -> tuple[ModelFacts, GraphHParams]:
 def configs(case: Case, facts: ModelFacts, build: int | None = None) -> tuple[GraphConfig, ...]:
     """The GraphConfig of each reserve of this llama-server start (llama-server's rules: -np
     auto is 4 slots with a unified cache; llama_context per-stream sizes, a hybrid's at `build`
-    (resolve.hybrid_kv_cells); the iSWA sizes)."""
+    (resolve.hybrid_kv_whole); the iSWA sizes)."""
     n_ctx = int(case.flag("-c", "4096"))
     n_ubatch = int(case.flag("-ub", "512"))
     np_auto = "-np" not in case.args
@@ -108,7 +108,8 @@ def configs(case: Case, facts: ModelFacts, build: int | None = None) -> tuple[Gr
         # auto, set to disabled"), so V stays untransposed
         fa, v_trans = False, False
     size = n_ctx if unified else n_ctx // n_seq  # llama_context: n_ctx_seq per stream
-    size = hybrid_kv_cells(facts, size, 1 if unified else n_seq, build) or size
+    if hybrid_kv_whole(facts, 1 if unified else n_seq, build):
+        size *= n_seq
     size_swa = (
         swa_cells(size, facts.swa.n_swa, n_seq, n_ubatch, unified=unified, swa_full=False)
         if facts.swa.n_swa

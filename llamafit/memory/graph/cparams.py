@@ -62,15 +62,15 @@ class ResolvedConfig:
     # the check turned flash attention off: (layer, its device, the device its FLASH_ATTN_EXT
     # landed on); the cache was made for flash attention (V not transposed: attn_v_trans)
     fa_auto_off: tuple[int, str, str] | None = None
-    # cells per stream of the full-attention cache where they are not n_ctx_seq: a hybrid
-    # model's before rule hybrid_kv_seq (n_ctx per stream); 0: n_ctx_seq
-    n_kv_seq: int = 0
+    # every stream of the full-attention cache holds the whole n_ctx: a hybrid model's before
+    # rule hybrid_kv_seq (resolve.hybrid_kv_whole)
+    kv_whole_ctx: bool = False
 
     @property
     def kv_cells(self) -> int:
         """The full-attention cache's cells per stream (llama_kv_cache's kv_size): n_ctx_seq, or
-        n_kv_seq where llama_model::create_memory gave it another size."""
-        return self.n_kv_seq or self.n_ctx_seq
+        n_ctx where llama_model::create_memory gave each stream the whole context."""
+        return self.n_ctx if self.kv_whole_ctx else self.n_ctx_seq
 
     @property
     def fa_flag(self) -> str:

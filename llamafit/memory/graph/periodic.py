@@ -269,6 +269,11 @@ def marks(graph: Graph, short: Shortened) -> tuple[int, ...] | None:
     return tuple(out)
 
 
+def cut_marks(at: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
+    """marks' positions per cut: where units L-1, L, R and the unit after R start."""
+    return [(at[k], at[k + 1], at[k + 2], at[k + 3]) for k in range(1, len(at) - 3, 4)]
+
+
 _ALLOC, _REUSE, _FREE = 0, 1, 3  # alloc.py's step kinds
 _SRC = attrgetter("src")
 
@@ -326,8 +331,7 @@ def proves(m: Marked | None, short: Shortened, graph: Graph) -> bool:
         return False
     if not _no_block_inputs(m, graph):
         return False
-    for c in range(len(short.cuts)):
-        s_prev, s_l, s_r, s_next = m.at[1 + 4 * c : 5 + 4 * c]
+    for c, (s_prev, s_l, s_r, s_next) in enumerate(cut_marks(m.at)):
         before_l, before_r = m.snaps[2 + 4 * c], m.snaps[3 + 4 * c]
         for (offs_l, sizes_l, peak_l), (offs_r, sizes_r, peak_r) in zip(
             before_l, before_r, strict=True
@@ -362,8 +366,7 @@ def _first_read_outside(graph: Graph, at: tuple[int, ...], tensors: set[int]) ->
 
     before: set[int | None] = set()
     done = 0
-    for c in range((len(at) - 1) // 4):
-        start, end = at[1 + 4 * c], at[4 + 4 * c]
+    for start, _l, _r, end in cut_marks(at):
         before |= read(done, start)
         inside = read(start, end)
         if (inside & tensors) - before:
@@ -386,8 +389,7 @@ def left_out_bytes(
     if not _first_read_outside(graph, at, leafs):
         return None
     out = [0] * len(gallocr.bufts)
-    for c, cut in enumerate(short.cuts):
-        l_at, r_at, end = at[2 + 4 * c : 5 + 4 * c]
+    for cut, (_prev, l_at, r_at, end) in zip(short.cuts, cut_marks(at), strict=True):
         unit = gallocr.span_bytes(graph, l_at, r_at)
         if gallocr.span_bytes(graph, r_at, end) != unit:
             return None

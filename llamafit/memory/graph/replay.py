@@ -69,7 +69,7 @@ from .cparams import ResolvedConfig
 from .models import MODELS, REPLAY_SINCE, Model, graph_hparams_of
 from .nodes import PIN_CPU, TENSOR_FIELDS, USAGE_WEIGHTS, Graph, Tensor, with_field
 from .params import GraphBuildError, GraphConfig
-from .periodic import Shortened, left_out_bytes, marks, proves, shorten, unproven
+from .periodic import Shortened, cut_marks, left_out_bytes, marks, proves, shorten, unproven
 from .reserve import Reserve, reserve_configs
 from .sched import (
     GGML_SCHED_MAX_COPIES,
@@ -716,7 +716,6 @@ def _fa_probe(rc: ResolvedConfig) -> ResolvedConfig:
         flash_attn=True,
         n_ctx=FA_PROBE_CELLS * rc.n_stream,
         n_ctx_seq=FA_PROBE_CELLS,
-        n_kv_seq=0,
         n_swa_cells=FA_PROBE_CELLS if rc.n_swa_cells else 0,
     )
 
@@ -867,8 +866,7 @@ def _placed_alike(graph: Graph, backend_of: Sequence[int], short: Shortened) -> 
     def unit(a: int, b: int) -> list[tuple[str, int]]:
         return [(ts[i].op, backend_of[i]) for i in nodes[a:b]]
 
-    for c in range(len(short.cuts)):
-        s_prev, s_l, s_r, s_next = at[1 + 4 * c : 5 + 4 * c]
+    for s_prev, s_l, s_r, s_next in cut_marks(at):
         left = unit(s_l, s_r)
         if left != unit(s_prev, s_l) or left != unit(s_r, s_next):
             return False

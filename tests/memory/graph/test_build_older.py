@@ -52,7 +52,7 @@ def _events(build: int, name: str) -> list[Event]:
 def _configs(name: str, build: int) -> tuple[GraphConfig, ...]:
     """The case's reserves at this build: before server_output_limit the prompt-sized reserve
     has n_tokens outputs (llama_context::sched_reserve, 0.3.17); before hybrid_kv_seq a hybrid's
-    cache streams hold n_ctx cells each (resolve.hybrid_kv_cells)."""
+    cache streams hold n_ctx cells each (resolve.hybrid_kv_whole)."""
     facts, _ = facts_of(CASES[name].model)
     out = []
     for c in configs(CASES[name], facts, build):
